@@ -1,0 +1,13 @@
+"""Builds the optional compiled engine; dtrlab falls back to pure Python without it."""
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "dtrlab.sim._cengine",
+            sources=["src/dtrlab/sim/_cengine.c"],
+            extra_compile_args=["-O2", "-std=c99"],
+            optional=True,
+        )
+    ]
+)

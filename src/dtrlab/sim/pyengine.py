@@ -1,0 +1,474 @@
+"""The pure-Python engine: DTR on a Program, step for step as the reference runtime does it.
+
+It is the readable definition of the semantics and the oracle the compiled engine is held to;
+it also runs user-defined policies. No recursion: rematerialization uses an explicit stack.
+"""
+
+from __future__ import annotations
+
+import math
+import random as _random
+
+from ..trace.lower import COMPUTE, GET, PIN, RELEASE, Program
+from .policies import EQ_CLASS, FRESH_NEIGHBORHOOD, NEIGHBORHOOD, Policy, StorageFeatures
+from .result import OK, OOM, REMAT_LIMIT
+from .runtimes import Runtime
+
+INF = math.inf
+
+
+class _OutOfMemory(Exception):
+    pass
+
+
+class _RematLimit(Exception):
+    pass
+
+
+class _Region:
+    """Evicted storages reachable from a base storage in one direction, and the material edge."""
+
+    __slots__ = ("interior", "frontier", "compute")
+
+    def __init__(self) -> None:
+        self.interior: set[int] = set()
+        self.frontier: set[int] = set()
+        self.compute = 0
+
+    def clear(self) -> None:
+        self.interior.clear()
+        self.frontier.clear()
+        self.compute = 0
+
+
+class Engine:
+    """State of one run. `run()` walks the schedule and returns the counters."""
+
+    def __init__(self, program: Program, budget_bytes: float, policy: Policy, runtime: Runtime,
+                 remat_limit_ns: float = INF, seed: int = 0, observer=None) -> None:
+        self.p = program
+        self.budget = budget_bytes
+        self.policy = policy
+        self.rt = runtime
+        self.remat_limit = remat_limit_ns
+        self.rng = _random.Random(seed)
+        self.obs = observer
+        self.regions_on = runtime.optimized and NEIGHBORHOOD in policy.needs
+        self.eq_on = runtime.optimized and EQ_CLASS in policy.needs
+        self.fresh_on = FRESH_NEIGHBORHOOD in policy.needs
+
+        nt, ns = program.n_tensors, program.n_storages
+        self.t_storage = program.tensor_storage.tolist()
+        self.t_op = program.tensor_op.tolist()
+        self.t_alias = program.tensor_alias_arg.tolist()
+        self.op_cost = program.op_cost_ns.tolist()
+        self.op_start = program.op_out_start.tolist()
+        self.op_nout = program.op_n_out.tolist()
+        self.op_size = [0] * program.n_ops
+        sizes = program.tensor_size_bytes.tolist()
+        for t in range(nt):
+            self.op_size[self.t_op[t]] += sizes[t]
+        self.t_size = sizes
+        ptr, args = program.op_arg_ptr.tolist(), program.op_args.tolist()
+        self.op_args = [args[ptr[o]:ptr[o + 1]] for o in range(program.n_ops)]
+        self.s_size = program.storage_size_bytes.tolist()
+        self.s_root = program.storage_root.tolist()
+
+        # tensors: graph edges grow as operators are created (and shrink when banished)
+        self.parents: list[list[int]] = [[] for _ in range(nt)]
+        self.children: list[list[int]] = [[] for _ in range(nt)]
+        self.defined = [False] * nt
+        self.t_ref = [0] * nt
+        # storages
+        self.s_tensors: list[list[int]] = [[] for _ in range(ns)]
+        self.s_compute = [0] * ns
+        self.material = [False] * ns
+        self.ref_int = [0] * ns
+        self.ref_ext = [0] * ns
+        self.pinned = [False] * ns
+        self.last_access = [-INF] * ns  # the reference's last_access_int
+        self.pool: dict[int, None] = {}  # insertion-ordered set of evictable storages
+        self.region_fwd = [_Region() for _ in range(ns)] if (self.regions_on) else None
+        self.region_rev = [_Region() for _ in range(ns)] if (self.regions_on) else None
+        # equivalence classes: union-find over nodes, value kept at the root
+        self.ecn: list[int | None] = [None] * ns
+        self.ecn_made = [False] * ns
+        self.uf_parent: list[int] = []
+        self.uf_value: list[int] = []
+        # banishing
+        self.evicted_dependents: list[set[int]] = [set() for _ in range(ns)] if runtime.banishing else []
+        self.banished = [False] * ns
+
+        self.clock = 1
+        self.memory = 0
+        self.peak = 0
+        self.remat_ns = 0
+        self.model_ns = 0
+        self.evictions = 0
+        self.eager_evictions = 0
+        self.evicted_roots: set[int] = set()
+        self.score_evals = 0
+        self.ops_created = 0
+
+    # --- pool and locks ------------------------------------------------------------------
+    def _make_evictable(self, s: int) -> None:
+        if s not in self.pool:
+            self.pool[s] = None
+
+    def _make_unevictable(self, s: int) -> bool:
+        if s in self.pool:
+            del self.pool[s]
+            return True
+        return False
+
+    def _lock(self, s: int) -> None:
+        if self.ref_int[s] == 0:
+            self._make_unevictable(s)
+        self.ref_int[s] += 1
+        if self.obs:
+            self.obs.on_lock(self, s)
+
+    def _unlock(self, s: int) -> None:
+        self.ref_int[s] -= 1
+        if self.ref_int[s] == 0:
+            self._make_evictable(s)
+
+    # --- eviction ------------------------------------------------------------------------
+    def _evict(self, s: int, by_policy: bool) -> None:
+        self.material[s] = False
+        self.memory -= self.s_size[s]
+        self._make_unevictable(s)
+        for t in self.s_tensors[s]:
+            self.defined[t] = False
+        root = self.s_root[s]
+        if self.rt.banishing:
+            for t in self.s_tensors[s]:
+                for p in self.parents[t]:
+                    ps = self.t_storage[p]
+                    if self.s_root[ps] != root:
+                        self.evicted_dependents[ps].add(t)
+        if by_policy:
+            self.evictions += 1
+            self.evicted_roots.add(root)
+        else:
+            self.eager_evictions += 1
+        if self.obs:
+            self.obs.on_evict(self, s, by_policy)
+        if self.regions_on:
+            fwd, rev = self.region_fwd, self.region_rev
+            for ps in list(rev[s].frontier):
+                self._absorb(fwd[ps], fwd[s], s)
+            for cs in list(fwd[s].frontier):
+                self._absorb(rev[cs], rev[s], s)
+            fwd[s].clear()
+            rev[s].clear()
+        if self.eq_on:
+            node = self._uf_new(self.s_compute[s])
+            self.ecn[s] = node
+            for n in self._evicted_neighbors(s):
+                self._uf_merge(self.ecn[n], node)
+
+    def _absorb(self, region: _Region, other: _Region, s: int) -> None:
+        # The reference's incremental e* upkeep: take in an evicted frontier storage and its
+        # region; `s` is counted again if it was already inside (kept for parity).
+        region.frontier.discard(s)
+        region.frontier.update(other.frontier)
+        diff = other.interior - region.interior
+        diff.add(s)
+        sc = self.s_compute
+        region.compute += sum(sc[x] for x in diff)
+        region.interior |= diff
+
+    def _rebuild(self, base: int, forward: bool) -> _Region:
+        region = (self.region_fwd if forward else self.region_rev)[base]
+        region.clear()
+        self._traverse(base, forward, region)
+        return region
+
+    def _traverse(self, base: int, forward: bool, region: _Region) -> None:
+        edges = self.children if forward else self.parents
+        interior, frontier = region.interior, region.frontier
+        material, t_storage, sc = self.material, self.t_storage, self.s_compute
+        stack = [base]
+        compute = 0
+        while stack:
+            s = stack.pop()
+            for t in self.s_tensors[s]:
+                for u in edges[t]:
+                    us = t_storage[u]
+                    if material[us]:
+                        if us != base:
+                            frontier.add(us)
+                        continue
+                    if us not in interior:
+                        compute += sc[us]
+                        interior.add(us)
+                        stack.append(us)
+        region.compute += compute
+
+    def _evicted_neighbors(self, s: int) -> set[int]:
+        out = set()
+        material, t_storage = self.material, self.t_storage
+        for t in self.s_tensors[s]:
+            for u in self.parents[t]:
+                us = t_storage[u]
+                if not material[us] and us != s:
+                    out.add(us)
+            for u in self.children[t]:
+                us = t_storage[u]
+                if not material[us] and us != s:
+                    out.add(us)
+        return out
+
+    def _uf_new(self, value: int) -> int:
+        self.uf_parent.append(len(self.uf_parent))
+        self.uf_value.append(value)
+        return len(self.uf_parent) - 1
+
+    def _uf_find(self, x: int) -> int:
+        parent = self.uf_parent
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def _uf_merge(self, a: int, b: int) -> None:
+        ra, rb = self._uf_find(a), self._uf_find(b)
+        if ra != rb:
+            self.uf_parent[ra] = rb
+            self.uf_value[rb] += self.uf_value[ra]
+
+    # --- scores --------------------------------------------------------------------------
+    def _features(self, s: int) -> StorageFeatures:
+        la = self.last_access[s]
+        needs = self.policy.needs
+        nb = anc = eq = fresh = 0
+        fresh_stale = 0
+        if NEIGHBORHOOD in needs:
+            anc = self.region_rev[s].compute
+            nb = self.region_fwd[s].compute + anc
+        if EQ_CLASS in needs:
+            roots = {self._uf_find(self.ecn[n]) for n in self._evicted_neighbors(s)}
+            eq = sum(self.uf_value[r] for r in roots)
+        if FRESH_NEIGHBORHOOD in needs:
+            fwd, rev = _Region(), _Region()
+            self._traverse(s, True, fwd)
+            self._traverse(s, False, rev)
+            latest = la
+            for u in fwd.interior | rev.interior:
+                fresh += self.s_compute[u]
+                latest = max(latest, self.last_access[u])
+            fresh_stale = self.clock - latest
+        return StorageFeatures(self.s_compute[s], self.s_size[s], self.clock - la, la, self.clock,
+                               nb, anc, eq, fresh, fresh_stale)
+
+    def _choose(self) -> int:
+        if self.policy.score is None:
+            self.score_evals += 1
+            pool = list(self.pool)
+            return pool[self.rng.randrange(len(pool))]
+        score = self.policy.score
+        best, best_s = INF, -1
+        for s in self.pool:
+            cost = score(self._features(s))
+            self.score_evals += 1
+            if cost <= best:
+                best, best_s = cost, s
+            if cost == 0:
+                break
+        if self.obs:
+            self.obs.on_choose(self, best_s, best)
+        return best_s
+
+    def _free(self, need: int) -> None:
+        while self.memory + need > self.budget:
+            if not self.pool:
+                raise _OutOfMemory()
+            self._evict(self._choose(), True)
+
+    # --- computing -----------------------------------------------------------------------
+    def _create(self, op: int) -> list[int]:
+        """The reference's `compute` bookkeeping for a new operator: tensors, edges, storages."""
+        start, n = self.op_start[op], self.op_nout[op]
+        outs = list(range(start, start + n))
+        args = self.op_args[op]
+        for t in outs:
+            s = self.t_storage[t]
+            self.parents[t] = list(args)
+            if all(self.t_op[x] != op for x in self.s_tensors[s]):
+                self.s_compute[s] += self.op_cost[op]  # each operator counts once per storage
+            self.s_tensors[s].append(t)
+            self.ref_ext[s] += 1
+            self.t_ref[t] = 1
+        for a in args:
+            self.children[a].extend(outs)
+        if self.rt.banishing:
+            for t in outs:
+                s = self.t_storage[t]
+                for a in args:
+                    if self.s_root[self.t_storage[a]] != self.s_root[s]:
+                        self.evicted_dependents[self.t_storage[a]].add(t)
+        if self.eq_on:
+            for t in outs:
+                s = self.t_storage[t]
+                if not self.ecn_made[s]:
+                    self.ecn_made[s] = True
+                    self.ecn[s] = self._uf_new(0)
+        self.ops_created += 1
+        return outs
+
+    def _compute(self, t: int, remat: bool) -> None:
+        op = self.t_op[t]
+        start, n = self.op_start[op], self.op_nout[op]
+        sibs = [u for u in range(start, start + n) if u != t]
+        dup = [u for u in sibs if self.defined[u]]
+        remat_sibs = [u for u in sibs if not self.defined[u]]
+        remat_storages = [self.t_storage[u] for u in sibs + [t] if not self.material[self.t_storage[u]]]
+        cost = self.op_cost[op]
+        self.clock += cost
+        self.memory += self.op_size[op]
+        if self.memory > self.peak:
+            self.peak = self.memory
+        for u in [t] + remat_sibs:
+            self.material[self.t_storage[u]] = True
+            self.defined[u] = True
+        if remat:
+            self.remat_ns += cost
+        else:
+            self.model_ns += cost
+        for u in dup:
+            self.memory -= self.t_size[u]
+        for s in remat_storages:
+            self._make_evictable(s)
+        if self.obs:
+            self.obs.on_compute(self, t, remat)
+        if self.regions_on:
+            affected_fwd, affected_rev = set(), set()
+            for s in remat_storages:
+                fwd = self._rebuild(s, True)
+                rev = self._rebuild(s, False)
+                affected_fwd.update(rev.frontier)
+                affected_rev.update(fwd.frontier)
+            for s in affected_fwd:
+                self._rebuild(s, True)
+            for s in affected_rev:
+                self._rebuild(s, False)
+        if self.eq_on:
+            for s in remat_storages:
+                root = self._uf_find(self.ecn[s])
+                self.uf_value[root] -= self.s_compute[s]
+                self.ecn[s] = None
+        return remat_sibs
+
+    def _touch_parents(self, t: int) -> None:
+        for p in self.parents[t]:
+            ps = self.t_storage[p]
+            if not self.rt.banishing or self.ref_ext[ps] > 0:
+                self.last_access[ps] = self.clock
+
+    def _materialize(self, t0: int, remat0: bool) -> None:
+        # Frames: [tensor, remat, undefined parents, next index, waiting for a child]
+        stack = [self._enter(t0, remat0)]
+        while stack:
+            frame = stack[-1]
+            t, remat, undefined, i, waiting = frame
+            if i < len(undefined):
+                p = undefined[i]
+                if not waiting and not self.defined[p]:
+                    frame[4] = True
+                    stack.append(self._enter(p, True))
+                    continue
+                self._lock(self.t_storage[p])
+                frame[3] = i + 1
+                frame[4] = False
+                continue
+            need = self.op_size[self.t_op[t]]
+            if self.obs:
+                self.obs.on_pressure(self, t, stack)
+            if self.memory + need > self.budget:
+                self._free(need)
+            remat_sibs = self._compute(t, remat)
+            for p in self.parents[t]:
+                ps = self.t_storage[p]
+                self._unlock(ps)
+                if self.rt.banishing:
+                    deps = self.evicted_dependents[ps]
+                    for u in remat_sibs + [t]:
+                        if self.s_root[self.t_storage[u]] != self.s_root[ps]:
+                            deps.discard(u)
+                    self._try_banish(ps)
+            stack.pop()
+            if self.remat_ns > self.remat_limit:
+                raise _RematLimit()
+
+    def _enter(self, t: int, remat: bool) -> list:
+        self._touch_parents(t)
+        parents = self.parents[t]
+        for p in parents:
+            if self.defined[p]:
+                self._lock(self.t_storage[p])
+        return [t, remat, [p for p in parents if not self.defined[p]], 0, False]
+
+    # --- references ----------------------------------------------------------------------
+    def _pin(self, t: int) -> None:
+        s = self.t_storage[t]
+        if self.pinned[s]:
+            return
+        self._lock(s)
+        self.pinned[s] = True
+
+    def _release(self, t: int) -> None:
+        s = self.t_storage[t]
+        self.ref_ext[s] -= 1
+        self.t_ref[t] -= 1
+        if self.rt.banishing:
+            if self.ref_ext[s] == 0:
+                self._try_banish(s)
+        elif self.rt.eager and self.ref_ext[s] == 0 and self.material[s] and not self.pinned[s]:
+            self._evict(s, False)
+
+    def _try_banish(self, s: int) -> None:
+        if self.ref_ext[s] > 0 or self.evicted_dependents[s]:
+            return
+        if self.material[s]:
+            self.ref_int[s] = 0
+            self._evict(s, False)
+        root = self.s_root[s]
+        for t in self.s_tensors[s]:
+            for p in self.parents[t]:
+                ps = self.t_storage[p]
+                if self.s_root[ps] != root:
+                    self.evicted_dependents[ps].discard(t)
+                    self.children[p].remove(t)
+            for c in self.children[t]:
+                if self.s_root[self.t_storage[c]] != root:
+                    self.parents[c].remove(t)
+                    self._pin(c)
+        self.banished[s] = True
+
+    # --- the schedule --------------------------------------------------------------------
+    def run(self) -> str:
+        kinds, targets = self.p.step_kind.tolist(), self.p.step_target.tolist()
+        try:
+            for kind, x in zip(kinds, targets):
+                if kind == COMPUTE:
+                    outs = self._create(x)
+                    self._materialize(outs[0], False)
+                    for t in outs:
+                        self.last_access[self.t_storage[t]] = self.clock
+                elif kind == GET:
+                    self.ref_ext[self.t_storage[x]] += 1
+                    self.t_ref[x] += 1
+                elif kind == PIN:
+                    if not self.defined[x]:
+                        self._materialize(x, True)
+                    self._pin(x)
+                elif kind == RELEASE:
+                    self._release(x)
+        except _OutOfMemory:
+            return OOM
+        except _RematLimit:
+            return REMAT_LIMIT
+        return OK

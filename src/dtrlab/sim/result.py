@@ -1,0 +1,49 @@
+"""What a simulation returns: RunResult, a serializable value with its metadata."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+OK, OOM, REMAT_LIMIT, TIMEOUT = "ok", "oom", "remat_limit", "timeout"
+OUTCOMES = (OK, OOM, REMAT_LIMIT, TIMEOUT)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One simulation: outcome, final clock and the counters of what the policy did.
+
+    clock_ns counts from 1 as the reference runtime's clock does, so an unconstrained run
+    ends at baseline_compute_ns + 1 and overhead = clock_ns / baseline_compute_ns.
+    """
+
+    outcome: str
+    clock_ns: int
+    remat_ns: int  # time spent recomputing
+    baseline_compute_ns: int
+    baseline_peak_bytes: int
+    budget_bytes: int | None  # None: unbounded
+    evictions: int  # chosen by the policy
+    eager_evictions: int  # storages freed at their last release (or banished)
+    distinct_evicted: int  # distinct storages among the policy's evictions
+    peak_bytes: int
+    score_evals: int
+    policy: str
+    runtime: str
+    engine: str
+    trace: str = ""
+    observations: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def overhead(self) -> float:
+        return self.clock_ns / self.baseline_compute_ns if self.baseline_compute_ns else float("nan")
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("observations")
+        d["overhead"] = self.overhead
+        return d

@@ -1,0 +1,49 @@
+"""The runtimes (how storages are freed and which bookkeeping runs), by name and reference alias."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One DTR runtime: eager eviction at last release, incremental e*/eq-class upkeep, banishing."""
+
+    name: str
+    reference: str  # the reference simulator's class name
+    eager: bool  # free a storage when its last external reference is released
+    optimized: bool  # maintain e* regions and equivalence classes incrementally
+    banishing: bool  # the reference's RuntimeV1: free and detach storages for good
+    code: int  # for the compiled engine
+
+    @property
+    def features(self) -> frozenset[str]:
+        return frozenset({"regions", "eq_class"}) if self.optimized else frozenset()
+
+
+RUNTIMES: dict[str, Runtime] = {
+    r.name: r
+    for r in (
+        Runtime("eager-optimized", "RuntimeV2EagerOptimized", True, True, False, 0),
+        Runtime("optimized", "RuntimeV2Optimized", False, True, False, 1),
+        Runtime("eager", "RuntimeV2Eager", True, False, False, 2),
+        Runtime("lazy", "RuntimeV2", False, False, False, 3),
+        Runtime("banishing", "RuntimeV1", False, False, True, 4),
+    )
+}
+_ALIASES = {r.reference.lower(): r for r in RUNTIMES.values()}
+
+DEFAULT_RUNTIME = "eager-optimized"
+
+
+def get_runtime(name: str | Runtime) -> Runtime:
+    if isinstance(name, Runtime):
+        return name
+    key = name.strip().lower()
+    runtime = RUNTIMES.get(key) or _ALIASES.get(key)
+    if runtime is None:
+        known = ", ".join(RUNTIMES)
+        raise UsageError(f"unknown runtime {name!r} (known: {known}, or the reference class names)")
+    return runtime

@@ -1,0 +1,113 @@
+"""The public face of the engines: baseline, budgets, and `simulate` choosing an engine by name."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from ..trace.lower import Program
+from . import pyengine
+from .policies import DEFAULT_POLICY, EQ_CLASS, NEIGHBORHOOD, Policy, get_policy
+from .result import RunResult
+from .runtimes import DEFAULT_RUNTIME, Runtime, get_runtime
+
+try:  # the compiled engine is optional: without a C compiler dtrlab runs on pure Python
+    from . import _cengine
+except ImportError:  # pragma: no cover - depends on the build
+    _cengine = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The unconstrained run (banishing runtime, unbounded budget): what ratios are taken of."""
+
+    peak_bytes: int
+    compute_ns: int
+
+
+def compute_baseline(program: Program) -> Baseline:
+    engine = pyengine.Engine(program, math.inf, get_policy("lru"), get_runtime("banishing"))
+    outcome = engine.run()
+    assert outcome == "ok" and engine.remat_ns == 0, "an unbounded run must not rematerialize"
+    return Baseline(engine.peak, engine.model_ns)
+
+
+def baseline(program: Program) -> Baseline:
+    """The program's baseline, computed once and kept with it (and in the program cache)."""
+    cached = program.meta.get("baseline")
+    if cached is None:
+        cached = program.meta["baseline"] = compute_baseline(program)
+    return cached
+
+
+def parse_ratio(ratio: float | str) -> float:
+    value = float(ratio)
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"ratio must be a positive number, got {ratio!r}")
+    return value
+
+
+def budget_from_ratio(program: Program, ratio: float | str) -> int:
+    """budget_bytes = int(peak x ratio) in float arithmetic, as the reference computes it."""
+    return int(baseline(program).peak_bytes * parse_ratio(ratio))
+
+
+ENGINES = ("auto", "c", "python")
+
+
+def compiled_available() -> bool:
+    return _cengine is not None
+
+
+def check_compatible(policy: Policy, runtime: Runtime) -> None:
+    needs = policy.needs & {NEIGHBORHOOD, EQ_CLASS}
+    if needs and not runtime.optimized:
+        raise UsageError(f"policy {policy.name} needs the e*/eq-class upkeep of an optimized runtime "
+                         f"(eager-optimized or optimized), not {runtime.name}")
+
+
+def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = DEFAULT_POLICY,
+             runtime: str | Runtime = DEFAULT_RUNTIME, *, overhead_limit: float | None = None,
+             instruments=None, seed: int = 0, engine: str = "auto") -> RunResult:
+    """Run DTR on `program` under `budget_bytes` (None: unbounded) and return what it cost.
+
+    overhead_limit: stop with outcome remat_limit once recompute exceeds
+    (overhead_limit - 1) x baseline compute. instruments: an Instruments to observe the run.
+    """
+    pol, rt = get_policy(policy), get_runtime(runtime)
+    check_compatible(pol, rt)
+    if budget_bytes is not None and budget_bytes < 0:
+        raise UsageError(f"budget must be a non-negative number of bytes, got {budget_bytes}")
+    base = baseline(program)
+    remat_limit = math.inf
+    if overhead_limit is not None:
+        if overhead_limit < 1:
+            raise UsageError(f"overhead limit must be at least 1, got {overhead_limit}")
+        remat_limit = base.compute_ns * (overhead_limit - 1)
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    use_c = (engine == "c" or engine == "auto") and instruments is None and pol.code >= 0 \
+        and not rt.banishing and _cengine is not None
+    if engine == "c" and not use_c:
+        raise UsageError("the compiled engine is not available for this run "
+                         "(not built, a user policy, instruments, or the banishing runtime)")
+    budget = math.inf if budget_bytes is None else budget_bytes
+    if use_c:
+        from .cengine import run_compiled
+        counters = run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
+        name = "c"
+    else:
+        observer = instruments.observer(program) if instruments is not None else None
+        eng = pyengine.Engine(program, budget, pol, rt, remat_limit, seed, observer)
+        outcome = eng.run()
+        counters = dict(outcome=outcome, clock_ns=eng.clock, remat_ns=eng.remat_ns,
+                        evictions=eng.evictions, eager_evictions=eng.eager_evictions,
+                        distinct_evicted=len(eng.evicted_roots), peak_bytes=eng.peak,
+                        score_evals=eng.score_evals)
+        name = "python"
+        if observer is not None:
+            counters["observations"] = observer.finish(eng, outcome)
+    return RunResult(baseline_compute_ns=base.compute_ns, baseline_peak_bytes=base.peak_bytes,
+                     budget_bytes=budget_bytes, policy=pol.name, runtime=rt.name, engine=name,
+                     trace=program.name, **counters)

@@ -1,0 +1,257 @@
+"""Lowering a trace into a Program: operators, tensors, storages and the schedule as flat arrays.
+
+Owns the meaning of each instruction (the reference parser's rules) and the structural checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import TraceError
+from .read import (BACKWARD, Alias, Annotate, Call, Constant, Copy, CopyFrom, Memory, Mutate,
+                   Release, TraceText)
+
+# Schedule step kinds. COMPUTE's target is an operator; the others' a tensor.
+COMPUTE, GET, PIN, RELEASE = 0, 1, 2, 3
+STEP_NAMES = ("compute", "get", "pin", "release")
+
+CONSTANT_OP = "constant"
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A lowered trace. Tensor ids are creation order; an operator's outputs are consecutive."""
+
+    name: str
+    sha256: str
+    # operators
+    op_cost_ns: np.ndarray  # int64
+    op_out_start: np.ndarray  # int32: first output tensor
+    op_n_out: np.ndarray  # int32
+    op_arg_ptr: np.ndarray  # int32, n_ops + 1: CSR into op_args
+    op_args: np.ndarray  # int32 tensor ids, in argument order (repeats kept)
+    op_backward: np.ndarray  # bool
+    op_constant: np.ndarray  # bool
+    op_line: np.ndarray  # int32: source line of the instruction
+    op_names: tuple[str, ...]
+    # tensors
+    tensor_op: np.ndarray  # int32
+    tensor_size_bytes: np.ndarray  # int64: the operator's output size (0 for an alias)
+    tensor_alias_arg: np.ndarray  # int32: index of the aliased argument, or -1
+    tensor_storage: np.ndarray  # int32
+    tensor_names: tuple[str, ...]
+    # storages (a storage's id is the order of its root tensor)
+    storage_size_bytes: np.ndarray  # int64
+    storage_root: np.ndarray  # int32: root tensor id
+    # schedule
+    step_kind: np.ndarray  # int8: COMPUTE, GET, PIN, RELEASE
+    step_target: np.ndarray  # int32
+    meta: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.op_cost_ns)
+
+    @property
+    def n_tensors(self) -> int:
+        return len(self.tensor_op)
+
+    @property
+    def n_storages(self) -> int:
+        return len(self.storage_size_bytes)
+
+    @property
+    def compute_ns(self) -> int:
+        return int(self.op_cost_ns.sum())
+
+    def args_of(self, op: int) -> np.ndarray:
+        return self.op_args[self.op_arg_ptr[op]:self.op_arg_ptr[op + 1]]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: v for k, v in self.__dict__.items() if isinstance(v, np.ndarray)}
+
+
+class _Builder:
+    """Accumulates the program in Python lists; `finish` freezes it into arrays."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.op_cost, self.op_out_start, self.op_n_out = [], [], []
+        self.op_arg_ptr, self.op_args = [0], []
+        self.op_backward, self.op_constant, self.op_line, self.op_names = [], [], [], []
+        self.t_op, self.t_size, self.t_alias, self.t_storage, self.t_names = [], [], [], [], []
+        self.s_size, self.s_root = [], []
+        self.steps: list[tuple[int, int]] = []
+
+    def add_op(self, name: str, cost: int, args: list[int], sizes: list[int], aliases: list[int],
+               out_names: list[str], backward: bool, line: int, constant: bool = False) -> list[int]:
+        op = len(self.op_cost)
+        self.op_cost.append(cost)
+        self.op_out_start.append(len(self.t_op))
+        self.op_n_out.append(len(sizes))
+        self.op_args.extend(args)
+        self.op_arg_ptr.append(len(self.op_args))
+        self.op_backward.append(backward)
+        self.op_constant.append(constant)
+        self.op_line.append(line)
+        self.op_names.append(name)
+        outs = []
+        for size, alias, out_name in zip(sizes, aliases, out_names):
+            t = len(self.t_op)
+            self.t_op.append(op)
+            self.t_alias.append(alias)
+            self.t_names.append(out_name)
+            if alias >= 0:
+                self.t_size.append(0)
+                self.t_storage.append(self.t_storage[args[alias]])
+            else:
+                self.t_size.append(size)
+                self.t_storage.append(len(self.s_size))
+                self.s_size.append(size)
+                self.s_root.append(t)
+            outs.append(t)
+        self.steps.append((COMPUTE, op))
+        return outs
+
+    def finish(self, name: str, sha256: str) -> Program:
+        i32, i64 = np.int32, np.int64
+        kinds, targets = zip(*self.steps) if self.steps else ((), ())
+        return Program(
+            name=name, sha256=sha256,
+            op_cost_ns=np.array(self.op_cost, i64), op_out_start=np.array(self.op_out_start, i32),
+            op_n_out=np.array(self.op_n_out, i32), op_arg_ptr=np.array(self.op_arg_ptr, i32),
+            op_args=np.array(self.op_args, i32), op_backward=np.array(self.op_backward, bool),
+            op_constant=np.array(self.op_constant, bool), op_line=np.array(self.op_line, i32),
+            op_names=tuple(self.op_names),
+            tensor_op=np.array(self.t_op, i32), tensor_size_bytes=np.array(self.t_size, i64),
+            tensor_alias_arg=np.array(self.t_alias, i32), tensor_storage=np.array(self.t_storage, i32),
+            tensor_names=tuple(self.t_names),
+            storage_size_bytes=np.array(self.s_size, i64), storage_root=np.array(self.s_root, i32),
+            step_kind=np.array(kinds, np.int8), step_target=np.array(targets, i32),
+        )
+
+
+def lower(text: TraceText, strict: bool = False) -> Program:
+    """The program the reference simulator builds from these instructions.
+
+    strict: a RELEASE of an unknown name is an error (the reference ignores it).
+    """
+    path = text.source.path
+    ins = text.instructions
+    b = _Builder(path)
+    bound: dict[str, int] = {}  # name -> tensor id; rebinding keeps the name's first position
+    refs: list[int] = []  # per tensor: names and copies still holding it
+    backward = False
+    n = len(ins)
+    i = 0
+
+    def err(line: int, reason: str) -> TraceError:
+        return TraceError(path, line, reason)
+
+    def lookup(name: str, line: int) -> int:
+        try:
+            return bound[name]
+        except KeyError:
+            raise err(line, f"reference to undefined tensor {name!r}") from None
+
+    def define(name: str, tensor: int, line: int) -> None:
+        if name in bound:
+            raise err(line, f"tensor {name!r} is defined twice")
+        bound[name] = tensor
+
+    while i < n:
+        x = ins[i]
+        i += 1
+        if isinstance(x, Call):
+            backward = backward or "backward" in x.name
+            args = [lookup(a, x.line) for a in x.args]
+            sizes, aliases = [], []
+            for result in x.results:
+                mem = ins[i] if i < n else None
+                ali = ins[i + 1] if i + 1 < n else None
+                if not isinstance(mem, Memory) or mem.name != result:
+                    where = mem.line if mem is not None else x.line
+                    raise err(where, f"CALL {x.name} (line {x.line}) needs MEMORY for {result!r} here")
+                if not isinstance(ali, Alias) or ali.name != result:
+                    where = ali.line if ali is not None else mem.line
+                    raise err(where, f"CALL {x.name} (line {x.line}) needs ALIAS for {result!r} here")
+                if not -1 <= ali.alias < len(args):
+                    raise err(ali.line, f"ALIAS {ali.alias} is out of range for {len(args)} arguments")
+                sizes.append(mem.size_bytes)
+                aliases.append(ali.alias)
+                i += 2
+            for result in x.results:
+                if result in bound:
+                    raise err(x.line, f"tensor {result!r} is defined twice")
+            if len(set(x.results)) != len(x.results):
+                raise err(x.line, "CALL names the same result twice")
+            outs = b.add_op(x.name, x.time_ns, args, sizes, aliases, list(x.results), backward, x.line)
+            for result, t in zip(x.results, outs):
+                bound[result] = t
+                refs.append(1)
+        elif isinstance(x, Constant):
+            mem = ins[i] if i < n else None
+            if not isinstance(mem, Memory) or mem.name != x.name:
+                raise err(mem.line if mem is not None else x.line,
+                          f"CONSTANT {x.name!r} (line {x.line}) needs its MEMORY line here")
+            i += 1
+            if x.name in bound:
+                raise err(x.line, f"tensor {x.name!r} is defined twice")
+            (t,) = b.add_op(CONSTANT_OP, 0, [], [mem.size_bytes], [-1], [x.name], backward, x.line,
+                            constant=True)
+            b.steps.append((PIN, t))
+            bound[x.name] = t
+            refs.append(1)
+        elif isinstance(x, Copy):
+            src = lookup(x.src, x.line)
+            define(x.dst, src, x.line)
+            refs[src] += 1
+            b.steps.append((GET, src))
+        elif isinstance(x, Release):
+            t = bound.get(x.name)
+            if t is None:
+                if strict:
+                    raise err(x.line, f"RELEASE of undefined tensor {x.name!r}")
+                continue
+            refs[t] -= 1
+            b.steps.append((RELEASE, t))
+        elif isinstance(x, Mutate):
+            backward = backward or "backward" in x.name
+            if len(set(x.mutate)) != len(x.mutate):
+                raise err(x.line, "MUTATE names the same argument twice")
+            args = [lookup(a, x.line) for a in x.args]
+            sizes = [int(b.s_size[b.t_storage[args[m]]]) for m in x.mutate]
+            names = [b.t_names[args[m]] + "$" for m in x.mutate]
+            outs = b.add_op(x.name, x.time_ns, args, sizes, [-1] * len(sizes), names, backward, x.line)
+            for m, t in zip(x.mutate, outs):
+                old = bound[x.args[m]]
+                bound[x.args[m]] = t
+                refs.append(1)
+                refs[old] -= 1
+                b.steps.append((RELEASE, old))
+        elif isinstance(x, CopyFrom):
+            old = lookup(x.dst, x.line)
+            src = lookup(x.src, x.line)
+            bound[x.dst] = src
+            refs[old] -= 1
+            refs[src] += 1
+            b.steps.append((RELEASE, old))
+            b.steps.append((GET, src))
+        elif isinstance(x, Annotate):
+            if x.annotation == BACKWARD:
+                backward = True
+        elif isinstance(x, (Memory, Alias)):
+            kind = "MEMORY" if isinstance(x, Memory) else "ALIAS"
+            raise err(x.line, f"{kind} for {x.name!r} does not follow a CALL or CONSTANT that names it")
+        else:  # pragma: no cover - read.parse_line only makes the kinds above
+            raise AssertionError(x)
+
+    if not b.op_cost:
+        raise err(ins[-1].line, "empty trace: no operators")
+    # Outputs still referenced at the end are pinned, in the order their names were first bound.
+    for t in bound.values():
+        if refs[t] > 0:
+            b.steps.append((PIN, t))
+    return b.finish(text.source.name, text.sha256)
