@@ -6,7 +6,7 @@ setup(
         Extension(
             "dtrlab.sim._cengine",
             sources=["src/dtrlab/sim/_cengine.c"],
-            extra_compile_args=["-O2", "-std=c99"],
+            extra_compile_args=["-O2", "-std=gnu99"],
             optional=True,
         )
     ]

@@ -7,7 +7,6 @@ it also runs user-defined policies. No recursion: rematerialization uses an expl
 from __future__ import annotations
 
 import math
-import random as _random
 
 from ..trace.lower import COMPUTE, GET, PIN, RELEASE, Program
 from .policies import EQ_CLASS, FRESH_NEIGHBORHOOD, NEIGHBORHOOD, Policy, StorageFeatures
@@ -15,6 +14,31 @@ from .result import OK, OOM, REMAT_LIMIT
 from .runtimes import Runtime
 
 INF = math.inf
+
+
+_MASK = (1 << 64) - 1
+
+
+class _SplitMix:
+    """splitmix64, the same stream as the compiled engine's, so random runs agree across engines."""
+
+    def __init__(self, seed: int) -> None:
+        self.x = seed & 0x7FFFFFFFFFFFFFFF
+
+    def next(self) -> int:
+        self.x = (self.x + 0x9E3779B97F4A7C15) & _MASK
+        z = self.x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        return z ^ (z >> 31)
+
+    def below(self, n: int) -> int:
+        """Uniform in [0, n) without modulo bias."""
+        limit = _MASK - _MASK % n
+        r = self.next()
+        while r >= limit:
+            r = self.next()
+        return r % n
 
 
 class _OutOfMemory(Exception):
@@ -51,7 +75,7 @@ class Engine:
         self.policy = policy
         self.rt = runtime
         self.remat_limit = remat_limit_ns
-        self.rng = _random.Random(seed)
+        self.rng = _SplitMix(seed)
         self.obs = observer
         self.regions_on = runtime.optimized and NEIGHBORHOOD in policy.needs
         self.eq_on = runtime.optimized and EQ_CLASS in policy.needs
@@ -268,7 +292,7 @@ class Engine:
         if self.policy.score is None:
             self.score_evals += 1
             pool = list(self.pool)
-            return pool[self.rng.randrange(len(pool))]
+            return pool[self.rng.below(len(pool))]
         score = self.policy.score
         best, best_s = INF, -1
         for s in self.pool:

@@ -7,15 +7,10 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..trace.lower import Program
-from . import pyengine
+from . import cengine, pyengine
 from .policies import DEFAULT_POLICY, EQ_CLASS, NEIGHBORHOOD, Policy, get_policy
 from .result import RunResult
 from .runtimes import DEFAULT_RUNTIME, Runtime, get_runtime
-
-try:  # the compiled engine is optional: without a C compiler dtrlab runs on pure Python
-    from . import _cengine
-except ImportError:  # pragma: no cover - depends on the build
-    _cengine = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +52,7 @@ ENGINES = ("auto", "c", "python")
 
 
 def compiled_available() -> bool:
-    return _cengine is not None
+    return cengine._cengine is not None
 
 
 def check_compatible(policy: Policy, runtime: Runtime) -> None:
@@ -87,15 +82,13 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
         remat_limit = base.compute_ns * (overhead_limit - 1)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
-    use_c = (engine == "c" or engine == "auto") and instruments is None and pol.code >= 0 \
-        and not rt.banishing and _cengine is not None
+    use_c = engine != "python" and instruments is None and cengine.supports(pol, rt, program)
     if engine == "c" and not use_c:
         raise UsageError("the compiled engine is not available for this run "
                          "(not built, a user policy, instruments, or the banishing runtime)")
     budget = math.inf if budget_bytes is None else budget_bytes
     if use_c:
-        from .cengine import run_compiled
-        counters = run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
+        counters = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
         name = "c"
     else:
         observer = instruments.observer(program) if instruments is not None else None

@@ -1,0 +1,897 @@
+/* The compiled DTR engine: the same semantics as pyengine.py, on flat arrays and bitsets.
+ *
+ * It owns speed only; pyengine.py owns meaning, and tests hold the two in lockstep.
+ * Every tie is explicit: the pool is scanned in insertion order and the last candidate whose
+ * score is <= the best wins, a score of exactly 0 stops the scan, and scores are correctly
+ * rounded quotients of integers (as Python's int / int is).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+typedef int32_t i32;
+typedef uint64_t u64;
+typedef unsigned __int128 u128;
+
+#define LA_NONE INT64_MIN /* a storage never used as an input: staleness is infinite */
+
+/* ---- correctly rounded quotients ------------------------------------------------------ */
+
+static int bitlen128(u128 x) {
+    u64 hi = (u64)(x >> 64), lo = (u64)x;
+    if (hi) return 128 - __builtin_clzll(hi);
+    if (lo) return 64 - __builtin_clzll(lo);
+    return 0;
+}
+
+/* a / b rounded to nearest double, ties to even; a > 0, b > 0. Pure integer long division. */
+static double exact_div(u64 a, u128 b) {
+    u128 ip = (u128)a / b, r = (u128)a % b;
+    u64 q;       /* 55 significant bits of the quotient */
+    int exp2;    /* value = q * 2^exp2 (before rounding) */
+    if (ip) {
+        int n = bitlen128(ip);
+        if (n >= 55) {
+            int drop = n - 55;
+            u128 lost = ip & ((((u128)1) << drop) - 1);
+            q = (u64)(ip >> drop);
+            if (lost) r |= 1; /* sticky */
+            exp2 = drop;
+        } else {
+            q = (u64)ip;
+            exp2 = 0;
+            for (int i = n; i < 55; i++) {
+                r <<= 1;
+                q <<= 1;
+                if (r >= b) { r -= b; q |= 1; }
+                exp2--;
+            }
+        }
+    } else {
+        /* skip the leading zero bits of the fraction: shift r up to b's magnitude */
+        int shift = bitlen128(b) - bitlen128(r);
+        r <<= shift;
+        exp2 = -shift;
+        if (r < b) { r <<= 1; exp2--; }
+        /* now b <= r < 2b: the first quotient bit is 1 */
+        r -= b;
+        q = 1;
+        for (int i = 1; i < 55; i++) {
+            r <<= 1;
+            q <<= 1;
+            if (r >= b) { r -= b; q |= 1; }
+        }
+        exp2 -= 54;
+    }
+    int sticky = r != 0;
+    u64 mant = q >> 2;
+    unsigned low = (unsigned)(q & 3);
+    if (low == 3 || (low == 2 && (sticky || (mant & 1)))) mant++;
+    return ldexp((double)mant, exp2 + 2);
+}
+
+static double quotient(i64 num, u128 den) {
+    if (num == 0) return 0.0;
+    int neg = num < 0;
+    u64 a = neg ? (u64)(-(num + 1)) + 1 : (u64)num;
+    double q;
+    const u64 exact = ((u64)1) << 53;
+    if (a <= exact && den <= exact) {
+        q = (double)a / (double)den; /* both exact: IEEE division rounds correctly */
+    }
+#if defined(__x86_64__) && LDBL_MANT_DIG == 64
+    else if ((den >> 64) == 0) {
+        /* 64-bit quotient, then to 53 bits: safe unless it lands on a midpoint of doubles */
+        long double ql = (long double)a / (long double)(u64)den;
+        u64 m;
+        memcpy(&m, &ql, sizeof m); /* x87 extended: the explicit 64-bit significand */
+        if ((m & 0x7FF) == 0x400) q = exact_div(a, den);
+        else q = (double)ql;
+    }
+#endif
+    else {
+        q = exact_div(a, den);
+    }
+    return neg ? -q : q;
+}
+
+/* ---- the program (borrowed buffers) ---------------------------------------------------- */
+
+typedef struct {
+    i32 n_ops, n_tensors, n_storages, n_steps;
+    const i64 *op_cost, *op_size;
+    const i32 *op_out_start, *op_n_out, *op_arg_ptr, *op_args;
+    const i32 *t_op, *t_storage;
+    const i64 *t_size;
+    const i64 *s_size;
+    const i32 *s_root, *s_tptr, *s_tensors; /* storage -> its tensors, ascending ids */
+    const i32 *c_ptr, *c_list;              /* tensor -> children in creation order */
+    const signed char *step_kind;
+    const i32 *step_target;
+} Prog;
+
+/* ---- state ------------------------------------------------------------------------------ */
+
+enum { NUM_E = 0, NUM_EQ, NUM_LOCAL, NUM_ONE, NUM_FRESH, NUM_ANCESTORS };
+enum { SPECIAL_SCORE = 0, SPECIAL_LRU, SPECIAL_RANDOM };
+enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3 };
+
+typedef struct {
+    u64 *interior, *frontier;
+} Bits;
+
+typedef struct {
+    const Prog *p;
+    /* options */
+    i64 budget; /* < 0: unbounded */
+    int num_kind, den_size, den_stale, special, eager, regions_on, eq_on;
+    double remat_limit;
+    u64 rng;
+    /* tensors */
+    unsigned char *defined;
+    i32 *c_live; /* children created so far */
+    /* storages */
+    unsigned char *material, *pinned, *in_pool;
+    i32 *ref_int;
+    i64 *ref_ext, *s_compute, *last_access;
+    i32 *s_live; /* tensors created so far */
+    i32 *pool_prev, *pool_next;
+    i32 pool_head, pool_tail, pool_n;
+    /* e* regions: one bitset row per storage and direction */
+    int words;
+    u64 *fwd_in, *fwd_fr, *rev_in, *rev_fr;
+    i64 *fwd_c, *rev_c;
+    unsigned char *fwd_dirty, *rev_dirty;
+    u64 *aff_fwd, *aff_rev;
+    i32 *dfs;
+    /* equivalence classes */
+    i32 *ecn;
+    i32 *uf_parent;
+    i64 *uf_value;
+    i32 uf_n, uf_cap;
+    /* scratch marks */
+    i32 *mark, *mark2, *umark;
+    i32 stamp;
+    i32 *node_mark;
+    i32 node_mark_cap;
+    /* rematerialization stack */
+    i32 *fr_t, *fr_undef_off, *fr_undef_n, *fr_i;
+    unsigned char *fr_remat, *fr_wait;
+    i32 fr_n, fr_cap;
+    i32 *undef;
+    i32 undef_n, undef_cap;
+    /* counters */
+    i64 clock, memory, peak, remat_ns;
+    i64 evictions, eager_evictions, distinct, evals;
+    unsigned char *evicted_by_policy;
+    /* optional instruments */
+    i64 *cnt_policy, *cnt_eager, *cnt_remat;
+    i64 *log; /* triples: clock, storage, by_policy */
+    i64 log_n, log_cap;
+    int want_log;
+    int nomem;
+} St;
+
+static inline i32 st_of(const St *S, i32 t) { return S->p->t_storage[t]; }
+
+/* ---- pool: insertion-ordered, O(1) removal ------------------------------------------------ */
+
+static void pool_add(St *S, i32 s) {
+    if (S->in_pool[s]) return;
+    S->in_pool[s] = 1;
+    S->pool_prev[s] = S->pool_tail;
+    S->pool_next[s] = -1;
+    if (S->pool_tail >= 0) S->pool_next[S->pool_tail] = s;
+    else S->pool_head = s;
+    S->pool_tail = s;
+    S->pool_n++;
+}
+
+static void pool_remove(St *S, i32 s) {
+    if (!S->in_pool[s]) return;
+    S->in_pool[s] = 0;
+    i32 a = S->pool_prev[s], b = S->pool_next[s];
+    if (a >= 0) S->pool_next[a] = b; else S->pool_head = b;
+    if (b >= 0) S->pool_prev[b] = a; else S->pool_tail = a;
+    S->pool_n--;
+}
+
+static void lock(St *S, i32 s) {
+    if (S->ref_int[s] == 0) pool_remove(S, s);
+    S->ref_int[s]++;
+}
+
+static void unlock(St *S, i32 s) {
+    if (--S->ref_int[s] == 0) pool_add(S, s);
+}
+
+/* ---- bitsets ------------------------------------------------------------------------------ */
+
+static inline u64 *row(u64 *base, const St *S, i32 s) { return base + (size_t)s * S->words; }
+static inline void bset(u64 *b, i32 i) { b[i >> 6] |= ((u64)1) << (i & 63); }
+static inline void bclr(u64 *b, i32 i) { b[i >> 6] &= ~(((u64)1) << (i & 63)); }
+static inline int bget(const u64 *b, i32 i) { return (int)((b[i >> 6] >> (i & 63)) & 1); }
+
+static void region_clear(St *S, int forward, i32 s) {
+    unsigned char *dirty = forward ? S->fwd_dirty : S->rev_dirty;
+    if (dirty[s]) {
+        memset(row(forward ? S->fwd_in : S->rev_in, S, s), 0, sizeof(u64) * S->words);
+        memset(row(forward ? S->fwd_fr : S->rev_fr, S, s), 0, sizeof(u64) * S->words);
+        dirty[s] = 0;
+    }
+    (forward ? S->fwd_c : S->rev_c)[s] = 0;
+}
+
+/* Evicted storages reachable from `base` through evicted storages, and the material edge. */
+static void region_rebuild(St *S, int forward, i32 base) {
+    const Prog *p = S->p;
+    region_clear(S, forward, base);
+    u64 *in = row(forward ? S->fwd_in : S->rev_in, S, base);
+    u64 *fr = row(forward ? S->fwd_fr : S->rev_fr, S, base);
+    i64 compute = 0;
+    int dirty = 0;
+    i32 top = 0;
+    S->dfs[top++] = base;
+    while (top) {
+        i32 s = S->dfs[--top];
+        i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
+        for (i32 k = t0; k < tn; k++) {
+            i32 t = p->s_tensors[k];
+            const i32 *e;
+            i32 ne;
+            if (forward) { e = p->c_list + p->c_ptr[t]; ne = S->c_live[t]; }
+            else { i32 op = p->t_op[t]; e = p->op_args + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
+            for (i32 j = 0; j < ne; j++) {
+                i32 us = st_of(S, e[j]);
+                if (S->material[us]) {
+                    if (us != base) { bset(fr, us); dirty = 1; }
+                    continue;
+                }
+                if (!bget(in, us)) {
+                    compute += S->s_compute[us];
+                    bset(in, us);
+                    dirty = 1;
+                    S->dfs[top++] = us;
+                }
+            }
+        }
+    }
+    (forward ? S->fwd_c : S->rev_c)[base] = compute;
+    if (dirty) (forward ? S->fwd_dirty : S->rev_dirty)[base] = 1;
+}
+
+/* The reference's incremental upkeep: region r takes in evicted frontier storage s and o, the
+ * region of s in the same direction; s counts again if it was already inside (kept for parity). */
+static void region_absorb(St *S, int forward, i32 r, i32 s) {
+    u64 *rin = row(forward ? S->fwd_in : S->rev_in, S, r);
+    u64 *rfr = row(forward ? S->fwd_fr : S->rev_fr, S, r);
+    const u64 *oin = row(forward ? S->fwd_in : S->rev_in, S, s);
+    const u64 *ofr = row(forward ? S->fwd_fr : S->rev_fr, S, s);
+    i64 *rc = forward ? S->fwd_c : S->rev_c;
+    bclr(rfr, s);
+    int s_in_diff = 0;
+    i64 add = 0;
+    for (int w = 0; w < S->words; w++) {
+        rfr[w] |= ofr[w];
+        u64 d = oin[w] & ~rin[w];
+        if (d) {
+            if (w == (s >> 6) && ((d >> (s & 63)) & 1)) s_in_diff = 1;
+            rin[w] |= d;
+            while (d) {
+                int b = __builtin_ctzll(d);
+                add += S->s_compute[(w << 6) + b];
+                d &= d - 1;
+            }
+        }
+    }
+    if (!s_in_diff) add += S->s_compute[s];
+    bset(rin, s);
+    rc[r] += add;
+    (forward ? S->fwd_dirty : S->rev_dirty)[r] = 1;
+}
+
+/* ---- equivalence classes: union-find, value at the root ----------------------------------- */
+
+static i32 uf_new(St *S, i64 value) {
+    if (S->uf_n == S->uf_cap) {
+        i32 cap = S->uf_cap ? S->uf_cap * 2 : 1024;
+        i32 *pp = realloc(S->uf_parent, sizeof(i32) * cap);
+        i64 *vv = pp ? realloc(S->uf_value, sizeof(i64) * cap) : NULL;
+        if (pp) S->uf_parent = pp;
+        if (!pp || !vv) { S->nomem = 1; return -1; }
+        S->uf_value = vv;
+        S->uf_cap = cap;
+    }
+    S->uf_parent[S->uf_n] = S->uf_n;
+    S->uf_value[S->uf_n] = value;
+    return S->uf_n++;
+}
+
+static i32 uf_find(St *S, i32 x) {
+    i32 root = x;
+    while (S->uf_parent[root] != root) root = S->uf_parent[root];
+    while (S->uf_parent[x] != root) { i32 nx = S->uf_parent[x]; S->uf_parent[x] = root; x = nx; }
+    return root;
+}
+
+static void next_stamp(St *S) {
+    if (++S->stamp == INT32_MAX) {
+        memset(S->mark, 0, sizeof(i32) * S->p->n_storages);
+        memset(S->mark2, 0, sizeof(i32) * S->p->n_storages);
+        memset(S->umark, 0, sizeof(i32) * S->p->n_storages);
+        if (S->node_mark) memset(S->node_mark, 0, sizeof(i32) * S->node_mark_cap);
+        S->stamp = 1;
+    }
+}
+
+/* Visit each distinct evicted storage adjacent to s (through parents and children). */
+#define FOR_EVICTED_NEIGHBORS(S, s, n, ...)                                                   \
+    do {                                                                                       \
+        const Prog *p_ = (S)->p;                                                               \
+        next_stamp(S);                                                                         \
+        i32 t0_ = p_->s_tptr[s], tn_ = t0_ + (S)->s_live[s];                                   \
+        for (i32 k_ = t0_; k_ < tn_; k_++) {                                                   \
+            i32 t_ = p_->s_tensors[k_], op_ = p_->t_op[t_];                                    \
+            for (int dir_ = 0; dir_ < 2; dir_++) {                                             \
+                const i32 *e_ = dir_ ? p_->c_list + p_->c_ptr[t_] : p_->op_args + p_->op_arg_ptr[op_]; \
+                i32 ne_ = dir_ ? (S)->c_live[t_] : p_->op_arg_ptr[op_ + 1] - p_->op_arg_ptr[op_]; \
+                for (i32 j_ = 0; j_ < ne_; j_++) {                                             \
+                    i32 n = st_of(S, e_[j_]);                                                  \
+                    if ((S)->material[n] || n == (s) || (S)->mark[n] == (S)->stamp) continue;  \
+                    (S)->mark[n] = (S)->stamp;                                                 \
+                    __VA_ARGS__                                                                \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+static i64 eq_class_cost(St *S, i32 s) {
+    i64 total = 0;
+    if (S->node_mark_cap < S->uf_n) {
+        i32 cap = S->uf_cap;
+        i32 *nm = realloc(S->node_mark, sizeof(i32) * cap);
+        if (!nm) { S->nomem = 1; return 0; }
+        memset(nm + S->node_mark_cap, 0, sizeof(i32) * (cap - S->node_mark_cap));
+        S->node_mark = nm;
+        S->node_mark_cap = cap;
+    }
+    FOR_EVICTED_NEIGHBORS(S, s, n, {
+        if (S->ecn[n] >= 0) {
+            i32 root = uf_find(S, S->ecn[n]);
+            if (S->node_mark[root] != S->stamp) {
+                S->node_mark[root] = S->stamp;
+                total += S->uf_value[root];
+            }
+        }
+    });
+    return total;
+}
+
+/* A fresh e* traversal in both directions (the unoptimized DTR): cost and latest access. */
+static void fresh_neighborhood(St *S, i32 base, i64 *cost, i64 *latest) {
+    const Prog *p = S->p;
+    next_stamp(S);
+    i64 c = 0, la = S->last_access[base];
+    for (int forward = 1; forward >= 0; forward--) {
+        i32 *vis = forward ? S->mark : S->mark2;
+        i32 top = 0;
+        S->dfs[top++] = base;
+        while (top) {
+            i32 s = S->dfs[--top];
+            i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
+            for (i32 k = t0; k < tn; k++) {
+                i32 t = p->s_tensors[k];
+                const i32 *e;
+                i32 ne;
+                if (forward) { e = p->c_list + p->c_ptr[t]; ne = S->c_live[t]; }
+                else { i32 op = p->t_op[t]; e = p->op_args + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
+                for (i32 j = 0; j < ne; j++) {
+                    i32 us = st_of(S, e[j]);
+                    if (S->material[us] || vis[us] == S->stamp) continue;
+                    vis[us] = S->stamp;
+                    S->dfs[top++] = us;
+                    if (S->umark[us] != S->stamp) {
+                        S->umark[us] = S->stamp;
+                        c += S->s_compute[us];
+                        if (S->last_access[us] > la) la = S->last_access[us];
+                    }
+                }
+            }
+        }
+    }
+    *cost = c;
+    *latest = la;
+}
+
+/* ---- scores -------------------------------------------------------------------------------- */
+
+static double score(St *S, i32 s) {
+    S->evals++;
+    if (S->special == SPECIAL_LRU)
+        return S->last_access[s] == LA_NONE ? -INFINITY : (double)S->last_access[s];
+    i64 num, la = S->last_access[s];
+    switch (S->num_kind) {
+    case NUM_E: num = S->s_compute[s] + S->fwd_c[s] + S->rev_c[s]; break;
+    case NUM_ANCESTORS: num = S->s_compute[s] + S->rev_c[s]; break;
+    case NUM_EQ: num = S->s_compute[s] + eq_class_cost(S, s); break;
+    case NUM_LOCAL: num = S->s_compute[s]; break;
+    case NUM_FRESH: {
+        i64 c;
+        fresh_neighborhood(S, s, &c, &la);
+        num = S->s_compute[s] + c;
+        break;
+    }
+    default: num = 1;
+    }
+    if (!S->den_size && !S->den_stale) return (double)num;
+    i64 size = S->p->s_size[s];
+    if (S->den_stale) {
+        if (la == LA_NONE) { /* staleness is infinite */
+            if (S->den_size && size == 0) return INFINITY; /* 0 x inf is not > 0 */
+            return num < 0 ? -0.0 : 0.0;
+        }
+        i64 stale = S->clock - la;
+        if (stale <= 0 || (S->den_size && size <= 0)) return INFINITY;
+        u128 den = (u128)(u64)stale * (S->den_size ? (u64)size : 1);
+        return quotient(num, den);
+    }
+    if (size <= 0) return INFINITY;
+    return quotient(num, (u128)(u64)size);
+}
+
+static u64 splitmix(u64 *x) {
+    u64 z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static i32 choose(St *S) {
+    if (S->special == SPECIAL_RANDOM) {
+        S->evals++;
+        u64 n = (u64)S->pool_n, lim = UINT64_MAX - UINT64_MAX % n, r;
+        do r = splitmix(&S->rng); while (r >= lim); /* unbiased */
+        u64 k = r % n;
+        i32 s = S->pool_head;
+        while (k--) s = S->pool_next[s];
+        return s;
+    }
+    double best = INFINITY;
+    i32 best_s = -1;
+    for (i32 s = S->pool_head; s >= 0; s = S->pool_next[s]) {
+        double c = score(S, s);
+        if (c <= best) { best = c; best_s = s; }
+        if (c == 0) break;
+    }
+    return best_s;
+}
+
+/* ---- eviction ------------------------------------------------------------------------------ */
+
+static void log_event(St *S, i32 s, int by_policy) {
+    if (!S->want_log) return;
+    if (S->log_n + 3 > S->log_cap) {
+        i64 cap = S->log_cap ? S->log_cap * 2 : 3 * 4096;
+        i64 *l = realloc(S->log, sizeof(i64) * cap);
+        if (!l) { S->nomem = 1; return; }
+        S->log = l;
+        S->log_cap = cap;
+    }
+    S->log[S->log_n++] = S->clock;
+    S->log[S->log_n++] = s;
+    S->log[S->log_n++] = by_policy;
+}
+
+static void evict(St *S, i32 s, int by_policy) {
+    const Prog *p = S->p;
+    S->material[s] = 0;
+    S->memory -= p->s_size[s];
+    pool_remove(S, s);
+    i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
+    for (i32 k = t0; k < tn; k++) S->defined[p->s_tensors[k]] = 0;
+    if (by_policy) {
+        S->evictions++;
+        if (!S->evicted_by_policy[s]) { S->evicted_by_policy[s] = 1; S->distinct++; }
+        if (S->cnt_policy) S->cnt_policy[s]++;
+    } else {
+        S->eager_evictions++;
+        if (S->cnt_eager) S->cnt_eager[s]++;
+    }
+    log_event(S, s, by_policy);
+    if (S->regions_on) {
+        const u64 *rfr = row(S->rev_fr, S, s);
+        for (int w = 0; w < S->words; w++)
+            for (u64 d = rfr[w]; d; d &= d - 1) region_absorb(S, 1, (w << 6) + __builtin_ctzll(d), s);
+        const u64 *ffr = row(S->fwd_fr, S, s);
+        for (int w = 0; w < S->words; w++)
+            for (u64 d = ffr[w]; d; d &= d - 1) region_absorb(S, 0, (w << 6) + __builtin_ctzll(d), s);
+        region_clear(S, 1, s);
+        region_clear(S, 0, s);
+    }
+    if (S->eq_on) {
+        i32 node = uf_new(S, S->s_compute[s]);
+        if (node < 0) return;
+        S->ecn[s] = node;
+        FOR_EVICTED_NEIGHBORS(S, s, n, {
+            if (S->ecn[n] >= 0) {
+                i32 a = uf_find(S, S->ecn[n]), b = uf_find(S, node);
+                if (a != b) { S->uf_parent[a] = b; S->uf_value[b] += S->uf_value[a]; }
+            }
+        });
+    }
+}
+
+static int free_for(St *S, i64 need) {
+    while (S->memory + need > S->budget) {
+        if (S->pool_n == 0) return 0;
+        evict(S, choose(S), 1);
+        if (S->nomem) return 0;
+    }
+    return 1;
+}
+
+/* ---- computing ----------------------------------------------------------------------------- */
+
+static void create(St *S, i32 op) {
+    const Prog *p = S->p;
+    i32 start = p->op_out_start[op], n = p->op_n_out[op];
+    for (i32 t = start; t < start + n; t++) {
+        i32 s = st_of(S, t);
+        int seen = 0;
+        i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
+        for (i32 k = t0; k < tn; k++)
+            if (p->t_op[p->s_tensors[k]] == op) { seen = 1; break; }
+        if (!seen) S->s_compute[s] += p->op_cost[op]; /* an operator counts once per storage */
+        S->s_live[s]++;
+        S->ref_ext[s]++;
+    }
+    for (i32 j = p->op_arg_ptr[op]; j < p->op_arg_ptr[op + 1]; j++) S->c_live[p->op_args[j]] += n;
+}
+
+static void compute(St *S, i32 t, int remat) {
+    const Prog *p = S->p;
+    i32 op = p->t_op[t], start = p->op_out_start[op], n = p->op_n_out[op];
+    i32 rs[64], nrs = 0; /* storages becoming material: siblings in order, then t */
+    unsigned char dup[64];
+    for (i32 k = 0; k < n && k < 64; k++) {
+        i32 u = start + k;
+        dup[k] = (u != t) && S->defined[u];
+        if (u != t && !S->material[st_of(S, u)]) rs[nrs++] = st_of(S, u);
+    }
+    if (!S->material[st_of(S, t)]) rs[nrs++] = st_of(S, t);
+    i64 cost = p->op_cost[op];
+    S->clock += cost;
+    S->memory += p->op_size[op];
+    if (S->memory > S->peak) S->peak = S->memory;
+    for (i32 k = 0; k < n; k++) {
+        i32 u = start + k;
+        if (u == t || !dup[k]) { S->material[st_of(S, u)] = 1; S->defined[u] = 1; }
+    }
+    if (remat) S->remat_ns += cost;
+    for (i32 k = 0; k < n; k++)
+        if (dup[k]) S->memory -= p->t_size[start + k];
+    for (i32 k = 0; k < nrs; k++) {
+        pool_add(S, rs[k]);
+        if (remat && S->cnt_remat) S->cnt_remat[rs[k]]++;
+    }
+    if (S->regions_on) {
+        memset(S->aff_fwd, 0, sizeof(u64) * S->words);
+        memset(S->aff_rev, 0, sizeof(u64) * S->words);
+        for (i32 k = 0; k < nrs; k++) {
+            region_rebuild(S, 1, rs[k]);
+            region_rebuild(S, 0, rs[k]);
+            const u64 *rf = row(S->rev_fr, S, rs[k]), *ff = row(S->fwd_fr, S, rs[k]);
+            for (int w = 0; w < S->words; w++) { S->aff_fwd[w] |= rf[w]; S->aff_rev[w] |= ff[w]; }
+        }
+        for (int w = 0; w < S->words; w++)
+            for (u64 d = S->aff_fwd[w]; d; d &= d - 1) region_rebuild(S, 1, (w << 6) + __builtin_ctzll(d));
+        for (int w = 0; w < S->words; w++)
+            for (u64 d = S->aff_rev[w]; d; d &= d - 1) region_rebuild(S, 0, (w << 6) + __builtin_ctzll(d));
+    }
+    if (S->eq_on) {
+        for (i32 k = 0; k < nrs; k++) {
+            i32 s = rs[k];
+            if (S->ecn[s] >= 0) {
+                i32 root = uf_find(S, S->ecn[s]);
+                S->uf_value[root] -= S->s_compute[s];
+            }
+            S->ecn[s] = -1;
+        }
+    }
+}
+
+static int push_frame(St *S, i32 t, int remat) {
+    const Prog *p = S->p;
+    if (S->fr_n == S->fr_cap) {
+        i32 cap = S->fr_cap ? S->fr_cap * 2 : 256;
+#define GROW(ptr, T) do { T *q_ = realloc(ptr, sizeof(T) * cap); if (!q_) { S->nomem = 1; return 0; } ptr = q_; } while (0)
+        GROW(S->fr_t, i32); GROW(S->fr_undef_off, i32); GROW(S->fr_undef_n, i32); GROW(S->fr_i, i32);
+        GROW(S->fr_remat, unsigned char); GROW(S->fr_wait, unsigned char);
+#undef GROW
+        S->fr_cap = cap;
+    }
+    i32 op = p->t_op[t];
+    i32 a0 = p->op_arg_ptr[op], a1 = p->op_arg_ptr[op + 1];
+    for (i32 j = a0; j < a1; j++) S->last_access[st_of(S, p->op_args[j])] = S->clock;
+    for (i32 j = a0; j < a1; j++)
+        if (S->defined[p->op_args[j]]) lock(S, st_of(S, p->op_args[j]));
+    if (S->undef_n + (a1 - a0) > S->undef_cap) {
+        i32 cap = (S->undef_cap ? S->undef_cap * 2 : 1024) + (a1 - a0);
+        i32 *u = realloc(S->undef, sizeof(i32) * cap);
+        if (!u) { S->nomem = 1; return 0; }
+        S->undef = u;
+        S->undef_cap = cap;
+    }
+    i32 f = S->fr_n++;
+    S->fr_t[f] = t;
+    S->fr_remat[f] = (unsigned char)remat;
+    S->fr_undef_off[f] = S->undef_n;
+    for (i32 j = a0; j < a1; j++)
+        if (!S->defined[p->op_args[j]]) S->undef[S->undef_n++] = p->op_args[j];
+    S->fr_undef_n[f] = S->undef_n - S->fr_undef_off[f];
+    S->fr_i[f] = 0;
+    S->fr_wait[f] = 0;
+    return 1;
+}
+
+/* Materialize t, rematerializing missing inputs first: an explicit stack, never recursion. */
+static int materialize(St *S, i32 t0, int remat0) {
+    const Prog *p = S->p;
+    if (!push_frame(S, t0, remat0)) return OUT_NOMEM;
+    while (S->fr_n) {
+        i32 f = S->fr_n - 1;
+        if (S->fr_i[f] < S->fr_undef_n[f]) {
+            i32 par = S->undef[S->fr_undef_off[f] + S->fr_i[f]];
+            if (!S->fr_wait[f] && !S->defined[par]) {
+                S->fr_wait[f] = 1;
+                if (!push_frame(S, par, 1)) return OUT_NOMEM;
+                continue;
+            }
+            lock(S, st_of(S, par));
+            S->fr_i[f]++;
+            S->fr_wait[f] = 0;
+            continue;
+        }
+        i32 t = S->fr_t[f], op = p->t_op[t];
+        i64 need = p->op_size[op];
+        if (S->memory + need > S->budget && !free_for(S, need)) return S->nomem ? OUT_NOMEM : OUT_OOM;
+        compute(S, t, S->fr_remat[f]);
+        for (i32 j = p->op_arg_ptr[op]; j < p->op_arg_ptr[op + 1]; j++) unlock(S, st_of(S, p->op_args[j]));
+        S->undef_n = S->fr_undef_off[f];
+        S->fr_n--;
+        if ((double)S->remat_ns > S->remat_limit) return OUT_REMAT;
+        if (S->nomem) return OUT_NOMEM;
+    }
+    return OUT_OK;
+}
+
+static int run_schedule(St *S) {
+    const Prog *p = S->p;
+    for (i32 k = 0; k < p->n_steps; k++) {
+        i32 x = p->step_target[k];
+        switch (p->step_kind[k]) {
+        case 0: { /* compute */
+            create(S, x);
+            i32 start = p->op_out_start[x], n = p->op_n_out[x];
+            int r = materialize(S, start, 0);
+            if (r != OUT_OK) return r;
+            for (i32 t = start; t < start + n; t++) S->last_access[st_of(S, t)] = S->clock;
+            break;
+        }
+        case 1: /* get */
+            S->ref_ext[st_of(S, x)]++;
+            break;
+        case 2: { /* pin */
+            if (!S->defined[x]) {
+                int r = materialize(S, x, 1);
+                if (r != OUT_OK) return r;
+            }
+            i32 s = st_of(S, x);
+            if (!S->pinned[s]) { lock(S, s); S->pinned[s] = 1; }
+            break;
+        }
+        case 3: { /* release */
+            i32 s = st_of(S, x);
+            S->ref_ext[s]--;
+            if (S->eager && S->ref_ext[s] == 0 && S->material[s] && !S->pinned[s]) evict(S, s, 0);
+            break;
+        }
+        }
+        if (S->nomem) return OUT_NOMEM;
+    }
+    return OUT_OK;
+}
+
+/* ---- Python glue --------------------------------------------------------------------------- */
+
+static void st_free(St *S) {
+    void *ptrs[] = {S->defined, S->c_live, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
+                    S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->fwd_in,
+                    S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
+                    S->aff_fwd, S->aff_rev, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
+                    S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
+                    S->fr_wait, S->undef, S->evicted_by_policy, S->log};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
+}
+
+static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bufs", "budget", "num_kind", "den_size", "den_stale", "special", "eager",
+                             "regions", "eq", "remat_limit", "seed", "counts", "log", NULL};
+    PyObject *bufs, *counts = Py_None;
+    long long budget, seed;
+    int num_kind, den_size, den_stale, special, eager, regions, eq, want_log = 0;
+    double remat_limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLiiiiiiidL|Op", kwlist, &bufs, &budget, &num_kind,
+                                     &den_size, &den_stale, &special, &eager, &regions, &eq,
+                                     &remat_limit, &seed, &counts, &want_log))
+        return NULL;
+    if (!PyTuple_Check(bufs) || PyTuple_GET_SIZE(bufs) != 17) {
+        PyErr_SetString(PyExc_TypeError, "bufs must be a tuple of 17 arrays");
+        return NULL;
+    }
+    Py_buffer views[17];
+    int got = 0;
+    for (; got < 17; got++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &views[got], PyBUF_C_CONTIGUOUS) < 0) {
+            for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+            return NULL;
+        }
+    }
+    Prog P;
+    P.op_cost = views[0].buf; P.op_size = views[1].buf; P.op_out_start = views[2].buf;
+    P.op_n_out = views[3].buf; P.op_arg_ptr = views[4].buf; P.op_args = views[5].buf;
+    P.t_op = views[6].buf; P.t_storage = views[7].buf; P.t_size = views[8].buf;
+    P.s_size = views[9].buf; P.s_root = views[10].buf; P.s_tptr = views[11].buf;
+    P.s_tensors = views[12].buf; P.c_ptr = views[13].buf; P.c_list = views[14].buf;
+    P.step_kind = views[15].buf; P.step_target = views[16].buf;
+    P.n_ops = (i32)(views[0].len / 8);
+    P.n_tensors = (i32)(views[6].len / 4);
+    P.n_storages = (i32)(views[9].len / 8);
+    P.n_steps = (i32)(views[16].len / 4);
+
+    Py_buffer cviews[3];
+    memset(cviews, 0, sizeof cviews);
+    int ncounts = 0;
+    if (counts != Py_None) {
+        if (!PyTuple_Check(counts) || PyTuple_GET_SIZE(counts) != 3) {
+            PyErr_SetString(PyExc_TypeError, "counts must be None or a tuple of 3 int64 arrays");
+            goto fail_views;
+        }
+        for (; ncounts < 3; ncounts++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(counts, ncounts), &cviews[ncounts],
+                                   PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0 ||
+                cviews[ncounts].len != (Py_ssize_t)8 * P.n_storages) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "count arrays must be int64[n_storages]");
+                if (cviews[ncounts].obj) PyBuffer_Release(&cviews[ncounts]);
+                goto fail_counts;
+            }
+        }
+    }
+
+    St S;
+    memset(&S, 0, sizeof S);
+    S.p = &P;
+    S.budget = budget;
+    S.num_kind = num_kind; S.den_size = den_size; S.den_stale = den_stale; S.special = special;
+    S.eager = eager; S.regions_on = regions; S.eq_on = eq;
+    S.remat_limit = remat_limit;
+    S.rng = (u64)seed;
+    S.want_log = want_log;
+    S.clock = 1;
+    S.pool_head = S.pool_tail = -1;
+    i32 nt = P.n_tensors, ns = P.n_storages;
+    S.words = (ns + 63) / 64;
+    if (S.words == 0) S.words = 1;
+    S.defined = calloc(nt + 1, 1);
+    S.c_live = calloc(nt + 1, sizeof(i32));
+    S.material = calloc(ns + 1, 1);
+    S.pinned = calloc(ns + 1, 1);
+    S.in_pool = calloc(ns + 1, 1);
+    S.ref_int = calloc(ns + 1, sizeof(i32));
+    S.ref_ext = calloc(ns + 1, sizeof(i64));
+    S.s_compute = calloc(ns + 1, sizeof(i64));
+    S.last_access = malloc(sizeof(i64) * (ns + 1));
+    S.s_live = calloc(ns + 1, sizeof(i32));
+    S.pool_prev = malloc(sizeof(i32) * (ns + 1));
+    S.pool_next = malloc(sizeof(i32) * (ns + 1));
+    S.dfs = malloc(sizeof(i32) * (ns + 1));
+    S.ecn = malloc(sizeof(i32) * (ns + 1));
+    S.mark = calloc(ns + 1, sizeof(i32));
+    S.mark2 = calloc(ns + 1, sizeof(i32));
+    S.umark = calloc(ns + 1, sizeof(i32));
+    S.evicted_by_policy = calloc(ns + 1, 1);
+    int ok = S.defined && S.c_live && S.material && S.pinned && S.in_pool && S.ref_int && S.ref_ext &&
+             S.s_compute && S.last_access && S.s_live && S.pool_prev && S.pool_next && S.dfs && S.ecn &&
+             S.mark && S.mark2 && S.umark && S.evicted_by_policy;
+    if (ok && regions) {
+        size_t cells = (size_t)ns * S.words;
+        S.fwd_in = calloc(cells, sizeof(u64)); S.fwd_fr = calloc(cells, sizeof(u64));
+        S.rev_in = calloc(cells, sizeof(u64)); S.rev_fr = calloc(cells, sizeof(u64));
+        S.fwd_c = calloc(ns + 1, sizeof(i64)); S.rev_c = calloc(ns + 1, sizeof(i64));
+        S.fwd_dirty = calloc(ns + 1, 1); S.rev_dirty = calloc(ns + 1, 1);
+        S.aff_fwd = calloc(S.words, sizeof(u64)); S.aff_rev = calloc(S.words, sizeof(u64));
+        ok = S.fwd_in && S.fwd_fr && S.rev_in && S.rev_fr && S.fwd_c && S.rev_c && S.fwd_dirty &&
+             S.rev_dirty && S.aff_fwd && S.aff_rev;
+    }
+    if (!ok) {
+        st_free(&S);
+        PyErr_NoMemory();
+        goto fail_counts;
+    }
+    if (!regions) { /* scores read these as zero */
+        S.fwd_c = calloc(ns + 1, sizeof(i64));
+        S.rev_c = calloc(ns + 1, sizeof(i64));
+    }
+    for (i32 s = 0; s < ns; s++) { S.last_access[s] = LA_NONE; S.ecn[s] = -1; }
+    if (ncounts) { S.cnt_policy = cviews[0].buf; S.cnt_eager = cviews[1].buf; S.cnt_remat = cviews[2].buf; }
+    if (budget < 0) S.budget = INT64_MAX;
+
+    int outcome;
+    Py_BEGIN_ALLOW_THREADS
+    outcome = run_schedule(&S);
+    Py_END_ALLOW_THREADS
+
+    PyObject *result = NULL;
+    if (outcome == OUT_NOMEM) {
+        PyErr_NoMemory();
+    } else {
+        PyObject *log = want_log ? PyBytes_FromStringAndSize((const char *)S.log, (Py_ssize_t)(S.log_n * 8)) : Py_None;
+        if (!want_log) Py_INCREF(Py_None);
+        if (log)
+            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N}", "outcome", outcome,
+                                   "clock_ns", (long long)S.clock, "remat_ns", (long long)S.remat_ns,
+                                   "evictions", (long long)S.evictions, "eager_evictions",
+                                   (long long)S.eager_evictions, "distinct_evicted", (long long)S.distinct,
+                                   "peak_bytes", (long long)S.peak, "score_evals", (long long)S.evals,
+                                   "log", log);
+    }
+    st_free(&S);
+    for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
+    for (int i = 0; i < 17; i++) PyBuffer_Release(&views[i]);
+    return result;
+
+fail_counts:
+    for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
+fail_views:
+    for (int i = 0; i < 17; i++) PyBuffer_Release(&views[i]);
+    return NULL;
+}
+
+static PyObject *py_quotient(PyObject *self, PyObject *args) {
+    long long num;
+    PyObject *den_obj;
+    if (!PyArg_ParseTuple(args, "LO", &num, &den_obj)) return NULL;
+    /* den as two 64-bit halves, so tests can reach the 128-bit path */
+    PyObject *mask = PyLong_FromUnsignedLongLong(UINT64_MAX);
+    PyObject *lo_o = PyNumber_And(den_obj, mask);
+    PyObject *sh = PyLong_FromLong(64);
+    PyObject *hi_o = lo_o ? PyNumber_Rshift(den_obj, sh) : NULL;
+    Py_XDECREF(mask);
+    Py_XDECREF(sh);
+    if (!lo_o || !hi_o) { Py_XDECREF(lo_o); Py_XDECREF(hi_o); return NULL; }
+    u64 lo = PyLong_AsUnsignedLongLong(lo_o), hi = PyLong_AsUnsignedLongLong(hi_o);
+    Py_DECREF(lo_o);
+    Py_DECREF(hi_o);
+    if (PyErr_Occurred()) return NULL;
+    u128 den = ((u128)hi << 64) | lo;
+    if (den == 0 || (hi >> 63)) {
+        PyErr_SetString(PyExc_ValueError, "denominator must be in [1, 2**127)");
+        return NULL;
+    }
+    return PyFloat_FromDouble(quotient((i64)num, den));
+}
+
+static PyMethodDef METHODS[] = {
+    {"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS, "Run one simulation."},
+    {"quotient", py_quotient, METH_VARARGS, "num / den correctly rounded (for tests)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_cengine", "The compiled DTR engine.", -1, METHODS};
+
+PyMODINIT_FUNC PyInit__cengine(void) { return PyModule_Create(&MODULE); }
