@@ -1,0 +1,142 @@
+"""Engine properties on hypothesis-generated programs: budgets hold, engines agree, runs repeat."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dtrlab.sim.policies import POLICIES, get_policy
+from dtrlab.sim.runtimes import RUNTIMES
+from dtrlab.sim.simulate import baseline, check_compatible, compiled_available, simulate
+from dtrlab.errors import UsageError
+from helpers import synthetic_program
+
+V2_RUNTIMES = [r for r in RUNTIMES.values() if not r.banishing]
+
+
+def _compatible(policy, runtime):
+    try:
+        check_compatible(get_policy(policy), runtime)
+        return True
+    except UsageError:
+        return False
+
+
+CASES = [(p, r.name) for p in POLICIES for r in RUNTIMES.values() if _compatible(p, r)]
+
+runs = st.tuples(
+    st.integers(0, 10_000),  # program seed
+    st.sampled_from(CASES),
+    st.floats(0.05, 1.2),  # ratio
+    st.integers(0, 3),  # policy seed
+)
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(runs)
+def test_memory_never_exceeds_the_budget(case):
+    seed, (policy, runtime), ratio, pseed = case
+    program = synthetic_program(seed)
+    budget = int(baseline(program).peak_bytes * ratio)
+    result = simulate(program, budget, policy, runtime, seed=pseed)
+    assert result.peak_bytes <= budget
+    assert result.outcome in ("ok", "oom")
+
+
+@pytest.mark.skipif(not compiled_available(), reason="the compiled engine is not built")
+@SETTINGS
+@given(runs)
+def test_compiled_and_python_engines_agree(case):
+    seed, (policy, runtime), ratio, pseed = case
+    if RUNTIMES[runtime].banishing:
+        return  # the banishing runtime runs on the Python engine only
+    program = synthetic_program(seed)
+    budget = int(baseline(program).peak_bytes * ratio)
+    a = simulate(program, budget, policy, runtime, seed=pseed, engine="python").to_dict()
+    b = simulate(program, budget, policy, runtime, seed=pseed, engine="c").to_dict()
+    assert a.pop("engine") == "python" and b.pop("engine") == "c"
+    assert a == b
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(CASES))
+def test_unbounded_budget_evicts_nothing(seed, case):
+    policy, runtime = case
+    program = synthetic_program(seed)
+    result = simulate(program, None, policy, runtime)
+    assert result.outcome == "ok"
+    assert result.evictions == 0 and result.remat_ns == 0
+    # The reference clock starts at 1: an unconstrained run ends one tick past its compute.
+    assert result.clock_ns == program.compute_ns + 1 == baseline(program).compute_ns + 1
+    assert result.overhead == (program.compute_ns + 1) / program.compute_ns
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs)
+def test_same_inputs_same_result(case):
+    seed, (policy, runtime), ratio, pseed = case
+    program = synthetic_program(seed)
+    budget = int(baseline(program).peak_bytes * ratio)
+    first = simulate(program, budget, policy, runtime, seed=pseed)
+    again = simulate(synthetic_program(seed), budget, policy, runtime, seed=pseed)
+    assert first == again
+
+
+def test_results_do_not_depend_on_hash_order(tmp_path):
+    """Python's hash seed reorders dicts of strings and sets of objects; results must not move."""
+    script = (
+        "import json, sys; sys.path.insert(0, 'tests/sim');"
+        "from helpers import synthetic_program;"
+        "from dtrlab.sim.simulate import simulate, baseline;"
+        "out = []\n"
+        "for seed in range(6):\n"
+        "    p = synthetic_program(seed, 60)\n"
+        "    b = int(baseline(p).peak_bytes * 0.4)\n"
+        "    for pol in ('dtr', 'dtr-eq', 'dtr-unopt', 'msps'):\n"
+        "        out.append(simulate(p, b, pol, engine='python').to_dict())\n"
+        "print(json.dumps(out))"
+    )
+    outputs = set()
+    for hash_seed in ("0", "1", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                              check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+    assert len(json.loads(outputs.pop())) == 24
+
+
+def test_deep_rematerialization_chain_needs_no_recursion():
+    """A 20,000-operator chain, all evicted, then its last link used: every link is recomputed
+    in one rematerialization chain, under the default recursion limit."""
+    from dtrlab.trace.read import Alias, Call, Constant, Memory, Release
+    from helpers import program_of
+
+    n = 20_000
+    ins = [Constant(1, "c"), Memory(2, "c", 8)]
+
+    def call(name, args, out, size):
+        line = len(ins) + 1
+        ins.extend([Call(line, name, args, (out,), 10), Memory(line + 1, out, size), Alias(line + 2, out, -1)])
+
+    call("f", ("c",), "x0", 100)
+    for i in range(1, n):
+        call("f", (f"x{i - 1}",), f"x{i}", 100)
+        ins.append(Release(len(ins) + 1, f"x{i - 1}"))  # the lazy runtime keeps it recomputable
+    call("h", ("c",), "z", 392)  # fills the budget: every link gets evicted
+    call("g", (f"x{n - 1}",), "y", 100)
+    ins.extend(Release(len(ins) + 1 + k, name) for k, name in enumerate((f"x{n - 1}", "z", "y")))
+    program = program_of(ins, "chain")
+    assert sys.getrecursionlimit() <= 10_000
+    for engine in (["c", "python"] if compiled_available() else ["python"]):
+        result = simulate(program, 400, "lru", "lazy", engine=engine)
+        assert result.outcome == "ok"
+        assert result.remat_ns >= 10 * n  # the whole chain was recomputed once
+        assert result.evictions > 2 * n - 10
