@@ -1,0 +1,67 @@
+"""Engine speed: one simulation, parse excluded, median of repeated runs in one process.
+
+Compares against the reference simulator's times on a 2-core machine (from the engine issue)
+and prints the ratio. Run: `make bench` or `python benchmarks/bench_engine.py [--repeat N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from dtrlab.sim.simulate import budget_from_ratio, simulate
+from dtrlab.trace import load
+
+SHARED = Path(os.environ.get("DTRLAB_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+TRACES = SHARED / "traces" / "dtr-iclr21"
+
+# (trace, ratio, the reference simulator's seconds for DTR on eager-optimized)
+CASES = [
+    ("inceptionv4", 0.5, 10.8),
+    ("tv_densenet121", 0.5, 16.4),
+    ("transformer", 0.5, 7.7),
+    ("resnet32", 0.2, 1.37),
+    ("resnet32", 0.5, 0.70),
+    ("lstm", 0.15, None),
+    ("lstm", 0.5, None),
+]
+
+
+def median_seconds(fn, repeat: int) -> float:
+    fn()  # warm: derived arrays are built once per program
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--engine", default="auto")
+    args = ap.parse_args()
+    if not TRACES.is_dir():
+        print(f"skipped: the public traces are not at {TRACES}")
+        return 0
+    programs = {p.name: p for p in load(TRACES, sorted({c[0] for c in CASES}))}
+    print(f"engine benchmark ({args.engine}), median of {args.repeat} runs, DTR, eager-optimized")
+    print(f"{'trace':<16}{'ratio':>6}{'median ms':>11}{'simrd s':>9}{'speed-up':>10}{'evictions':>11}")
+    for name, ratio, ref_s in CASES:
+        program = programs[name]
+        budget = budget_from_ratio(program, ratio)
+        result = simulate(program, budget, "dtr", engine=args.engine)
+        med = median_seconds(lambda: simulate(program, budget, "dtr", engine=args.engine), args.repeat)
+        speedup = f"{ref_s / med:.0f}x" if ref_s else "-"
+        ref = f"{ref_s:.2f}" if ref_s else "-"
+        print(f"{name:<16}{ratio:>6}{med * 1e3:>11.1f}{ref:>9}{speedup:>10}{result.evictions:>11}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
