@@ -1,0 +1,56 @@
+"""Run: the few facts about one simulation that the budget analyses read, in budget order.
+
+Built from a RunResult (or a store row); analyses take any objects with these attributes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..sim.result import OK, OOM, REMAT_LIMIT, RunResult
+
+# What counts as infeasible: the run could not finish under the budget (a remat_limit run hit
+# the overhead cap, which a study uses as "too slow to count"). A timeout says nothing.
+INFEASIBLE = (OOM, REMAT_LIMIT)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: budget (ratio may be None when given in bytes), outcome, overhead, evictions."""
+
+    ratio: float | None
+    budget_bytes: int
+    outcome: str
+    overhead: float
+    evictions: int = 0
+    distinct_evicted: int = 0
+
+    @property
+    def feasible(self) -> bool:
+        return self.outcome == OK
+
+    @property
+    def infeasible(self) -> bool:
+        return self.outcome in INFEASIBLE
+
+    @property
+    def label(self) -> str:
+        """The budget as a user would name it: the ratio when there is one, else bytes."""
+        return f"{self.ratio:g}" if self.ratio is not None else f"{self.budget_bytes} B"
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "budget_bytes": self.budget_bytes, "outcome": self.outcome,
+                "overhead": self.overhead if math.isfinite(self.overhead) else None,
+                "evictions": self.evictions, "distinct_evicted": self.distinct_evicted}
+
+
+def run_of(result: RunResult, ratio: float | None = None) -> Run:
+    return Run(ratio, int(result.budget_bytes), result.outcome, result.overhead, result.evictions,
+               result.distinct_evicted)
+
+
+def by_budget(runs: Iterable) -> list:
+    """Runs sorted by budget (ties keep their order): every analysis walks budgets upwards."""
+    return sorted(runs, key=lambda r: r.budget_bytes)
