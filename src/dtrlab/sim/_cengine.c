@@ -112,6 +112,7 @@ typedef struct {
     const i64 *s_size;
     const i32 *s_root, *s_tptr, *s_tensors; /* storage -> its tensors, ascending ids */
     const i32 *c_ptr, *c_list;              /* tensor -> children in creation order */
+    const i32 *c_slist, *a_slist;           /* the storages of c_list and of op_args */
     const signed char *step_kind;
     const i32 *step_target;
 } Prog;
@@ -245,10 +246,10 @@ static void region_rebuild(St *S, int forward, i32 base) {
             i32 t = p->s_tensors[k];
             const i32 *e;
             i32 ne;
-            if (forward) { e = p->c_list + p->c_ptr[t]; ne = S->c_live[t]; }
-            else { i32 op = p->t_op[t]; e = p->op_args + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
+            if (forward) { e = p->c_slist + p->c_ptr[t]; ne = S->c_live[t]; }
+            else { i32 op = p->t_op[t]; e = p->a_slist + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
             for (i32 j = 0; j < ne; j++) {
-                i32 us = st_of(S, e[j]);
+                i32 us = e[j];
                 if (S->material[us]) {
                     if (us != base) { bset(fr, us); dirty = 1; }
                     continue;
@@ -339,10 +340,10 @@ static void next_stamp(St *S) {
         for (i32 k_ = t0_; k_ < tn_; k_++) {                                                   \
             i32 t_ = p_->s_tensors[k_], op_ = p_->t_op[t_];                                    \
             for (int dir_ = 0; dir_ < 2; dir_++) {                                             \
-                const i32 *e_ = dir_ ? p_->c_list + p_->c_ptr[t_] : p_->op_args + p_->op_arg_ptr[op_]; \
+                const i32 *e_ = dir_ ? p_->c_slist + p_->c_ptr[t_] : p_->a_slist + p_->op_arg_ptr[op_]; \
                 i32 ne_ = dir_ ? (S)->c_live[t_] : p_->op_arg_ptr[op_ + 1] - p_->op_arg_ptr[op_]; \
                 for (i32 j_ = 0; j_ < ne_; j_++) {                                             \
-                    i32 n = st_of(S, e_[j_]);                                                  \
+                    i32 n = e_[j_];                                                            \
                     if ((S)->material[n] || n == (s) || (S)->mark[n] == (S)->stamp) continue;  \
                     (S)->mark[n] = (S)->stamp;                                                 \
                     __VA_ARGS__                                                                \
@@ -389,10 +390,10 @@ static void fresh_neighborhood(St *S, i32 base, i64 *cost, i64 *latest) {
                 i32 t = p->s_tensors[k];
                 const i32 *e;
                 i32 ne;
-                if (forward) { e = p->c_list + p->c_ptr[t]; ne = S->c_live[t]; }
-                else { i32 op = p->t_op[t]; e = p->op_args + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
+                if (forward) { e = p->c_slist + p->c_ptr[t]; ne = S->c_live[t]; }
+                else { i32 op = p->t_op[t]; e = p->a_slist + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
                 for (i32 j = 0; j < ne; j++) {
-                    i32 us = st_of(S, e[j]);
+                    i32 us = e[j];
                     if (S->material[us] || vis[us] == S->stamp) continue;
                     vis[us] = S->stamp;
                     S->dfs[top++] = us;
@@ -731,13 +732,13 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
                                      &den_size, &den_stale, &special, &eager, &regions, &eq,
                                      &remat_limit, &seed, &counts, &want_log))
         return NULL;
-    if (!PyTuple_Check(bufs) || PyTuple_GET_SIZE(bufs) != 17) {
-        PyErr_SetString(PyExc_TypeError, "bufs must be a tuple of 17 arrays");
+    if (!PyTuple_Check(bufs) || PyTuple_GET_SIZE(bufs) != 19) {
+        PyErr_SetString(PyExc_TypeError, "bufs must be a tuple of 19 arrays");
         return NULL;
     }
-    Py_buffer views[17];
+    Py_buffer views[19];
     int got = 0;
-    for (; got < 17; got++) {
+    for (; got < 19; got++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &views[got], PyBUF_C_CONTIGUOUS) < 0) {
             for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
             return NULL;
@@ -750,6 +751,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     P.s_size = views[9].buf; P.s_root = views[10].buf; P.s_tptr = views[11].buf;
     P.s_tensors = views[12].buf; P.c_ptr = views[13].buf; P.c_list = views[14].buf;
     P.step_kind = views[15].buf; P.step_target = views[16].buf;
+    P.c_slist = views[17].buf; P.a_slist = views[18].buf;
     P.n_ops = (i32)(views[0].len / 8);
     P.n_tensors = (i32)(views[6].len / 4);
     P.n_storages = (i32)(views[9].len / 8);
@@ -853,13 +855,13 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     }
     st_free(&S);
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
-    for (int i = 0; i < 17; i++) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 19; i++) PyBuffer_Release(&views[i]);
     return result;
 
 fail_counts:
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
 fail_views:
-    for (int i = 0; i < 17; i++) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 19; i++) PyBuffer_Release(&views[i]);
     return NULL;
 }
 

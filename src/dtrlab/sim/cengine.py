@@ -75,7 +75,8 @@ def _prepared(program: Program) -> tuple:
         program.tensor_op.astype(i32), program.tensor_storage.astype(i32),
         program.tensor_size_bytes.astype(i64), program.storage_size_bytes.astype(i64),
         program.storage_root.astype(i32), s_tptr, order, c_ptr, c_list,
-        program.step_kind.astype(np.int8), program.step_target.astype(i32)))
+        program.step_kind.astype(np.int8), program.step_target.astype(i32),
+        program.tensor_storage[c_list].astype(i32), program.tensor_storage[program.op_args].astype(i32)))
     program.meta["_cengine_bufs"] = prep
     return prep
 
