@@ -4,28 +4,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import UsageError
+from .cache import load_cached
 from .lower import Program, lower
 from .read import TraceSource, open_source, read_trace, select
 
 
 def load(source: str | Path, traces: list[str] | None = None, *, cache: bool = True,
          strict: bool = False) -> list[Program]:
-    """The lowered programs of the traces in `source` whose names start with one of `traces`."""
-    programs = []
-    for src in select(open_source(source), traces, str(source)):
-        programs.append(lower(read_trace(src), strict=strict))
-    return programs
+    """The lowered programs of the traces in `source` whose names start with one of `traces`.
+
+    cache: take programs (and their baselines) from the lowered-program cache and store
+    new ones there (see trace.cache); False reads and lowers every time and writes nothing.
+    strict: a RELEASE of an unknown name is an error instead of being ignored.
+    """
+    return [_load(src, cache, strict) for src in select(open_source(source), traces, str(source))]
 
 
-def load_one(source: str | Path, trace: str | None = None, **kwargs) -> Program:
+def load_one(source: str | Path, trace: str | None = None, *, cache: bool = True,
+             strict: bool = False) -> Program:
     """Exactly one program: `trace` must pick one trace when the source holds several."""
-    from ..errors import UsageError
-
-    programs = load(source, [trace] if trace else None, **kwargs)
-    if len(programs) != 1:
-        names = ", ".join(p.name for p in programs)
+    chosen = select(open_source(source), [trace] if trace else None, str(source))
+    if len(chosen) != 1:  # said before reading anything: the traces may be large
+        names = ", ".join(s.name for s in chosen)
         raise UsageError(f"{source}: pick one trace with --trace (traces: {names})")
-    return programs[0]
+    return _load(chosen[0], cache, strict)
+
+
+def _load(src: TraceSource, cache: bool, strict: bool) -> Program:
+    if cache:
+        return load_cached(src, strict=strict)
+    return lower(read_trace(src), strict=strict)
 
 
 __all__ = ["Program", "TraceSource", "load", "load_one", "lower", "open_source", "read_trace", "select"]

@@ -5,13 +5,14 @@ Owns the meaning of each instruction (the reference parser's rules) and the stru
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import TraceError
-from .read import (BACKWARD, Alias, Annotate, Call, Constant, Copy, CopyFrom, Memory, Mutate,
-                   Release, TraceText)
+from .read import (BACKWARD, INT64_MAX, KIND_NAMES, Alias, Annotate, Call, Constant, Copy, CopyFrom,
+                   Memory, Mutate, Release, TraceText)
 
 # Schedule step kinds. COMPUTE's target is an operator; the others' a tensor.
 COMPUTE, GET, PIN, RELEASE = 0, 1, 2, 3
@@ -84,10 +85,21 @@ class _Builder:
         self.t_op, self.t_size, self.t_alias, self.t_storage, self.t_names = [], [], [], [], []
         self.s_size, self.s_root = [], []
         self.steps: list[tuple[int, int]] = []
+        self.total_cost = self.total_size = 0
+
+    def _check_totals(self, line: int) -> None:
+        # numpy sums of int64 arrays wrap around silently; a total that cannot fit is corrupt input.
+        if self.total_cost > INT64_MAX:
+            raise TraceError(self.path, line, "total operator time does not fit in 64 bits")
+        if self.total_size > INT64_MAX:
+            raise TraceError(self.path, line, "total storage size does not fit in 64 bits")
 
     def add_op(self, name: str, cost: int, args: list[int], sizes: list[int], aliases: list[int],
                out_names: list[str], backward: bool, line: int, constant: bool = False) -> list[int]:
         op = len(self.op_cost)
+        self.total_cost += cost
+        self.total_size += sum(size for size, alias in zip(sizes, aliases) if alias < 0)
+        self._check_totals(line)
         self.op_cost.append(cost)
         self.op_out_start.append(len(self.t_op))
         self.op_n_out.append(len(sizes))
@@ -254,4 +266,10 @@ def lower(text: TraceText, strict: bool = False) -> Program:
     for t in bound.values():
         if refs[t] > 0:
             b.steps.append((PIN, t))
-    return b.finish(text.source.name, text.sha256)
+    program = b.finish(text.source.name, text.sha256)
+    # What the arrays no longer show, kept for trace statistics (and in the program cache).
+    counts = Counter(map(type, ins))
+    program.meta["instructions"] = {KIND_NAMES[k]: counts.get(k, 0) for k in KIND_NAMES}
+    program.meta["skipped_lines"] = text.skipped_lines
+    program.meta["annotations"] = sorted({x.annotation for x in ins if isinstance(x, Annotate)})
+    return program

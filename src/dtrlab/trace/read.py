@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Union
@@ -77,8 +78,17 @@ class Annotate(NamedTuple):
 
 Instruction = Union[Constant, Memory, Alias, Call, Mutate, Copy, CopyFrom, Release, Annotate]
 
+# Each instruction type's INSTRUCTION value in the trace format.
+KIND_NAMES: dict[type, str] = {
+    Constant: "CONSTANT", Memory: "MEMORY", Alias: "ALIAS", Call: "CALL", Mutate: "MUTATE",
+    Copy: "COPY", CopyFrom: "COPY_FROM", Release: "RELEASE", Annotate: "ANNOTATE",
+}
+
 START = "START"
 BACKWARD = "BACKWARD"
+
+# Sizes and times live in int64 arrays; a larger value is a corrupt trace, not a big model.
+INT64_MAX = 2**63 - 1
 
 
 def _field(obj: dict, key: str, path: str, line: int):
@@ -101,9 +111,12 @@ def _int(obj: dict, key: str, path: str, line: int, minimum: int) -> int:
     if isinstance(value, bool):
         value = None
     elif isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
-        value = int(value)
+        # Python refuses to convert strings of more than 4300 digits; 2**63 has 19.
+        value = int(value) if len(value.strip().lstrip("-").lstrip("0")) <= 20 else INT64_MAX + 1
     if not isinstance(value, int):
         raise TraceError(path, line, f"field {key} must be an integer, got {obj[key]!r}")
+    if value > INT64_MAX:
+        raise TraceError(path, line, f"field {key} is too large for a 64-bit integer")
     if value < minimum:
         what = "negative" if minimum == 0 else f"below {minimum}"
         raise TraceError(path, line, f"field {key} is {what}: {value}")
@@ -121,8 +134,14 @@ def parse_line(text: str, path: str, line: int) -> Instruction:
     """One instruction from one line of a trace."""
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+    except (ValueError, RecursionError) as exc:
+        # JSONDecodeError is a ValueError; a bare ValueError is a number literal too long to convert.
+        if isinstance(exc, json.JSONDecodeError):
+            reason = exc.msg
+        elif isinstance(exc, RecursionError):
+            reason = "nested too deeply"
+        else:
+            reason = "a number with too many digits"
         raise TraceError(path, line, f"malformed JSON: {reason}") from None
     if not isinstance(obj, dict):
         raise TraceError(path, line, "an instruction must be a JSON object")
@@ -177,11 +196,17 @@ class TraceSource:
     load: Callable[[], bytes]
 
     def read_bytes(self) -> bytes:
-        data = self.load()
+        """The trace's bytes, decompressed when they are gzip data (whatever the file is called)."""
+        try:
+            data = self.load()
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise TraceError(self.path, 0, f"corrupt zip member: {exc}") from None
+        except OSError as exc:
+            raise UsageError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         if data[:2] == b"\x1f\x8b":
             try:
                 data = gzip.decompress(data)
-            except (OSError, EOFError) as exc:
+            except (OSError, EOFError, zlib.error) as exc:
                 raise TraceError(self.path, 0, f"corrupt gzip data: {exc}") from None
         return data
 
@@ -233,7 +258,7 @@ def open_source(source: str | Path) -> list[TraceSource]:
         if manifest.exists():
             try:
                 data = json.loads(manifest.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
                 raise TraceError(str(manifest), getattr(exc, "lineno", 1), f"malformed manifest: {exc}") from None
             return _from_manifest(data, str(manifest), lambda n: (path / n).is_file(),
                                   lambda n: _file_loader(path / n), lambda n: str(path / n))
@@ -243,7 +268,11 @@ def open_source(source: str | Path) -> list[TraceSource]:
             raise UsageError(f"{source}: a folder with neither manifest.json nor trace files")
         return [TraceSource(_short_name(p.name), p.name, str(p), None, _file_loader(p)) for p in files]
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise TraceError(str(source), 0, f"corrupt zip file: {exc}") from None
+        with zf:
             names = set(zf.namelist())
             manifests = sorted(n for n in names if n.endswith("manifest.json"))
             if not manifests:
@@ -252,7 +281,7 @@ def open_source(source: str | Path) -> list[TraceSource]:
             prefix = member[: -len("manifest.json")]
             try:
                 data = json.loads(zf.read(member))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except (ValueError, zipfile.BadZipFile, zlib.error) as exc:  # ValueError: JSON and UTF-8
                 raise TraceError(f"{source}:{member}", getattr(exc, "lineno", 1), f"malformed manifest: {exc}") from None
         return _from_manifest(data, f"{source}:{member}", lambda n: prefix + n in names,
                               lambda n: _zip_loader(path, prefix + n), lambda n: f"{source}:{prefix}{n}")
@@ -298,6 +327,8 @@ def parse_bytes(data: bytes, source: TraceSource, digest: str | None = None) -> 
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise TraceError(path, line, "not UTF-8 text") from None
+    if text.startswith("\ufeff"):  # a byte-order mark some editors write; not part of line 1's JSON
+        text = text[1:]
     instructions: list[Instruction] = []
     for number, raw in enumerate(text.split("\n"), start=1):
         if raw.strip():

@@ -1,0 +1,329 @@
+"""The dtrlab command line: a thin typer layer over dtrlab's functions, plus other modules' commands.
+
+Owns argument checking and printing; a DtrlabError becomes one line `dtrlab: ...` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from enum import Enum
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from . import __version__
+from .errors import DtrlabError, UsageError
+
+USER_ERROR_EXIT = 2
+
+# Usage errors of the click that typer runs on (newer typers carry their own copy of click,
+# so `import click` would name different classes); typer re-exports BadParameter from it.
+_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def _fail(message: str, code: int = USER_ERROR_EXIT) -> None:
+    typer.echo(f"dtrlab: {message}", err=True)
+    raise typer.Exit(code)
+
+
+class _Group(TyperGroup):
+    """The root group: every command runs inside it, so one handler turns user errors into one line."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DtrlabError as exc:
+            _fail(str(exc))
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="dtrlab",
+    help="Simulate Dynamic Tensor Rematerialization on execution traces.",
+    invoke_without_command=True,
+    add_completion=False,
+    # A bug in dtrlab keeps its plain traceback; the pretty one prints locals (whole arrays).
+    pretty_exceptions_enable=False,
+)
+trace_app = typer.Typer(cls=TyperGroup, help="Read traces and describe them.", invoke_without_command=True)
+app.add_typer(trace_app, name="trace")
+
+
+def _help_without_command(ctx: typer.Context) -> None:
+    # A bare `dtrlab` (or `dtrlab trace`) asks what there is: help on stdout, exit 0.
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dtrlab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(ctx: typer.Context,
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Simulate Dynamic Tensor Rematerialization on execution traces."""
+    _help_without_command(ctx)
+
+
+@trace_app.callback()
+def _trace(ctx: typer.Context) -> None:
+    """Read traces and describe them."""
+    _help_without_command(ctx)
+
+
+# --- printing ---------------------------------------------------------------------------------
+
+
+def _console() -> Console:
+    # Made per call: click's test runner swaps sys.stdout, and a Console keeps the file it saw.
+    return Console(file=sys.stdout, highlight=False)
+
+
+def _json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, allow_nan=False))
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n:,} ({n / scale:.2f} {unit})"
+    return f"{n:,} B"
+
+
+def _ns(n: int) -> str:
+    return f"{n:,} ({n / 1e6:,.1f} ms)"
+
+
+# --- trace info -------------------------------------------------------------------------------
+
+_INFO_ROWS = (
+    ("operators", "operators (constants included)", _count),
+    ("forward_operators", "  forward", _count),
+    ("backward_operators", "  backward", _count),
+    ("constants", "constants", _count),
+    ("tensors", "tensors (aliases included)", _count),
+    ("storages", "storages", _count),
+    ("aliases", "aliases", _count),
+    ("compute_ns", "compute", _ns),
+    ("storage_bytes", "all storages", _bytes),
+    ("constant_bytes", "constants' storages", _bytes),
+    ("baseline_peak_bytes", "unconstrained peak", _bytes),
+    ("largest_op_bytes", "largest operator need", _bytes),
+    ("schedule_steps", "schedule steps", _count),
+    ("compute_steps", "  compute", _count),
+    ("get_steps", "  get", _count),
+    ("pin_steps", "  pin", _count),
+    ("release_steps", "  release", _count),
+)
+
+
+def _info(program) -> dict:
+    from .sim.simulate import baseline
+    from .trace.stats import trace_stats
+
+    info = trace_stats(program).to_dict()
+    # The budget ratios of `simulate` are taken of this peak; with the cache it costs nothing.
+    info["baseline_peak_bytes"] = baseline(program).peak_bytes
+    return info
+
+
+@trace_app.command("info")
+def trace_info(
+    source: str = typer.Argument(..., help="A trace file (.log/.jsonl, maybe .gz), a folder with "
+                                           "manifest.json, or a logs.zip."),
+    trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
+                                              help="Only traces whose name starts with NAME (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: an object, or a list for several traces."),
+    strict: bool = typer.Option(False, "--strict", help="A RELEASE of an unknown name is an error."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
+) -> None:
+    """Statistics of each trace in SOURCE: operators, tensors, storages, sizes, schedule."""
+    from .trace import load
+
+    programs = load(source, list(trace) if trace else None, cache=not no_cache, strict=strict)
+    infos = [_info(p) for p in programs]
+    if as_json:
+        _json(infos[0] if len(infos) == 1 else infos)
+        return
+    table = Table(title=f"{source}", title_justify="left")
+    table.add_column("")
+    for info in infos:
+        table.add_column(info["name"] + (" (synthetic)" if info["synthetic"] else ""), justify="right")
+    for key, label, fmt in _INFO_ROWS:
+        table.add_row(label, *(fmt(info[key]) for info in infos))
+    table.add_row("largest operator", *(f"{i['largest_op']} (line {i['largest_op_line']})" for i in infos))
+    console = _console()
+    console.print(table)
+
+
+# --- simulate ---------------------------------------------------------------------------------
+
+
+class EngineName(str, Enum):
+    auto = "auto"
+    c = "c"
+    python = "python"
+
+
+_RESULT_KEYS = ("outcome", "overhead", "clock_ns", "baseline_compute_ns", "baseline_peak_bytes",
+                "budget_bytes", "ratio", "evictions", "eager_evictions", "distinct_evicted", "peak_bytes",
+                "remat_ns", "score_evals", "policy", "runtime", "engine", "trace")
+
+
+@app.command()
+def simulate(
+    source: str = typer.Argument(..., help="A trace file, a folder with manifest.json, or a logs.zip."),
+    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME",
+                                        help="The trace whose name starts with NAME (needed when SOURCE holds several)."),
+    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
+                                          help="Budget as a fraction of the unconstrained peak memory."),
+    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B",
+                                               help="Budget in bytes."),
+    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy (see `dtrlab policies`)."),
+    runtime: str = typer.Option("eager-optimized", "--runtime",
+                                help="eager-optimized, optimized, eager, lazy, banishing (or the reference's class name)."),
+    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
+                                                   help="Stop with remat_limit once the overhead must exceed X."),
+    engine: EngineName = typer.Option(EngineName.auto, "--engine", help="Simulator engine."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    strict: bool = typer.Option(False, "--strict", help="A RELEASE of an unknown name is an error."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
+) -> None:
+    """Run DTR on one trace under one memory budget and report what it cost."""
+    from .sim.policies import get_policy
+    from .sim.runtimes import get_runtime
+    from .sim.simulate import budget_from_ratio, parse_ratio
+    from .sim.simulate import simulate as run_simulation
+    from .trace import load_one
+    from .trace.synth import SYNTHETIC
+
+    if (ratio is None) == (budget_bytes is None):
+        raise UsageError("give exactly one of --ratio and --budget-bytes")
+    if ratio is not None:
+        parse_ratio(ratio)
+    if budget_bytes is not None and budget_bytes < 0:
+        raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
+    # Check names before reading the trace: a typo should not wait for a large file.
+    get_policy(policy)
+    get_runtime(runtime)
+    program = load_one(source, trace, cache=not no_cache, strict=strict)
+    budget = budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
+    result = run_simulation(program, budget, policy, runtime, overhead_limit=overhead_limit,
+                            seed=seed, engine=engine.value)
+    d = result.to_dict()
+    d["ratio"] = ratio
+    d["overhead"] = _finite(d["overhead"])
+    out = {k: d[k] for k in _RESULT_KEYS}
+    if as_json:
+        _json(out)
+        return
+    synthetic = SYNTHETIC in (program.meta.get("annotations") or ())
+    title = f"{result.trace}{' (synthetic)' if synthetic else ''}: {result.policy} / {result.runtime}"
+    table = Table(title=f"{title} ({result.engine} engine)",
+                  title_justify="left", show_header=False)
+    table.add_column("")
+    table.add_column("", justify="right")
+    budget_text = _bytes(result.budget_bytes) + (f", ratio {ratio:g}" if ratio is not None else "")
+    rows = [
+        ("outcome", result.outcome),
+        ("overhead", "n/a" if out["overhead"] is None else f"{out['overhead']:.6f}"),
+        ("budget", budget_text),
+        ("peak memory", _bytes(result.peak_bytes)),
+        ("clock", _ns(result.clock_ns)),
+        ("recompute", _ns(result.remat_ns)),
+        ("evictions (policy)", _count(result.evictions)),
+        ("  distinct storages", _count(result.distinct_evicted)),
+        ("evictions (eager)", _count(result.eager_evictions)),
+        ("score evaluations", _count(result.score_evals)),
+        ("baseline compute", _ns(result.baseline_compute_ns)),
+        ("baseline peak", _bytes(result.baseline_peak_bytes)),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    _console().print(table)
+
+
+# --- policies ---------------------------------------------------------------------------------
+
+
+@app.command()
+def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
+    """The registered eviction policies, with the reference simulator's names for them."""
+    from .sim.policies import POLICIES
+
+    rows = [{"name": p.name, "reference": p.reference, "needs": sorted(p.needs),
+             "compiled": p.code >= 0, "description": p.description} for p in POLICIES.values()]
+    if as_json:
+        _json(rows)
+        return
+    table = Table(title="eviction policies (--policy NAME, or the reference name)", title_justify="left")
+    for column in ("name", "reference", "needs", "description"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["name"], row["reference"] or "", ", ".join(row["needs"]), row["description"])
+    _console().print(table)
+
+
+# --- other modules' commands --------------------------------------------------------------------
+
+# Each of these modules, when present, adds its commands with `register(app)`.
+EXTENSIONS = ("dtrlab.sweep.commands", "dtrlab.analysis.commands", "dtrlab.report.commands",
+              "dtrlab.capture.commands")
+
+
+def _register_extensions(target: typer.Typer, names: tuple[str, ...] = EXTENSIONS) -> None:
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            # Only "this module (or its package) is not there" is skipped; a module that exists
+            # but fails to import something else is a bug and keeps its traceback.
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                continue
+            raise
+        module.register(target)
+
+
+_register_extensions(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `dtrlab` console script: user errors are one line on stderr and exit code 2."""
+    try:
+        code = app(args=argv, prog_name="dtrlab", standalone_mode=False)
+    except DtrlabError as exc:  # raised outside a command (a command's own are handled by _Group)
+        typer.echo(f"dtrlab: {exc}", err=True)
+        code = USER_ERROR_EXIT
+    except _ClickException as exc:  # click's usage errors: one line too, not a panel
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        typer.echo(f"dtrlab: {exc.format_message()}{hint}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("dtrlab: aborted", err=True)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

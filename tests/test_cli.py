@@ -1,0 +1,281 @@
+"""The command line: real traces in, tables and JSON out; user errors as one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import dtrlab.cli as cli
+from conftest import REFERENCE, TRACES, needs_shared, parity_rows
+from dtrlab.cli import app, main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, *fragments):
+    """The user-error contract: exit code 2, stderr one line `dtrlab: ...`, stdout empty."""
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dtrlab: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert result.stdout == ""
+    return lines[0]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("DTRLAB_CACHE_DIR", str(folder))
+    return folder
+
+
+# --- trace info ----------------------------------------------------------------------------------
+
+
+def test_trace_info_table_on_the_example():
+    result = run("trace", "info", TINY)
+    assert result.exit_code == 0, result.output
+    assert "tiny (synthetic)" in result.stdout
+    assert "operators (constants included)" in result.stdout
+    assert "split_backward (line 33)" in result.stdout
+
+
+def test_trace_info_json_on_the_example():
+    result = run("trace", "info", TINY, "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert isinstance(info, dict)
+    required = {"name", "operators", "forward_operators", "backward_operators", "constants", "tensors",
+                "storages", "aliases", "schedule_steps", "compute_ns", "constant_bytes", "largest_op_bytes"}
+    assert required <= info.keys()
+    assert (info["name"], info["operators"], info["constants"], info["synthetic"]) == ("tiny", 10, 2, True)
+    assert info["forward_operators"] + info["backward_operators"] == info["operators"]
+    assert info["instructions"]["CALL"] + info["instructions"]["MUTATE"] + info["constants"] == info["operators"]
+
+
+@needs_shared
+def test_trace_info_json_matches_the_reference_counts():
+    reference = json.loads((REFERENCE / "lowering.json").read_text())
+    result = run("trace", "info", TRACES, "--trace", "resnet", "--trace", "lstm", "--json", "--no-cache")
+    assert result.exit_code == 0, result.output
+    infos = json.loads(result.stdout)
+    assert [i["name"] for i in infos] == ["resnet32", "lstm"]
+    for info in infos:
+        want = reference[info["name"]]
+        assert {k: info[k] for k in want} == want
+        assert info["synthetic"] is False
+
+
+@needs_shared
+def test_trace_info_table_for_several_traces():
+    result = run("trace", "info", TRACES, "-t", "unet", "-t", "resnet")
+    assert result.exit_code == 0, result.output
+    assert "resnet32" in result.stdout and "unet" in result.stdout
+    assert "2,532" in result.stdout  # unet's schedule steps
+
+
+def test_no_cache_writes_nothing_and_the_default_caches(cache):
+    assert run("trace", "info", TINY, "--no-cache").exit_code == 0
+    assert not cache.exists()
+    assert run("trace", "info", TINY).exit_code == 0
+    assert len(list((cache / "programs").glob("*.npz"))) == 1
+
+
+def test_strict_turns_an_unknown_release_into_an_error(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(TINY.read_text() + '{"INSTRUCTION":"RELEASE","NAME":"ghost"}\n')
+    assert run("trace", "info", path).exit_code == 0
+    line = one_line_error(run("trace", "info", path, "--strict"), "RELEASE of undefined tensor 'ghost'")
+    assert line == f"dtrlab: {path}:58: RELEASE of undefined tensor 'ghost'"
+
+
+# --- simulate ------------------------------------------------------------------------------------
+
+
+@needs_shared
+@pytest.mark.parametrize("engine", ["auto", "python"])
+def test_simulate_json_matches_a_reference_row(engine):
+    row = next(r for r in parity_rows() if r["trace"] == "resnet32" and r["heuristic"] == "DTR"
+               and r["runtime"] == "RuntimeV2EagerOptimized" and r["ratio"] == 0.5)
+    result = run("simulate", TRACES, "--trace", "resnet32", "--ratio", "0.5", "--engine", engine, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert list(out) == ["outcome", "overhead", "clock_ns", "baseline_compute_ns", "baseline_peak_bytes",
+                         "budget_bytes", "ratio", "evictions", "eager_evictions", "distinct_evicted",
+                         "peak_bytes", "remat_ns", "score_evals", "policy", "runtime", "engine", "trace"]
+    assert (out["outcome"], out["clock_ns"], out["budget_bytes"], out["evictions"]) == \
+           (row["outcome"], row["clock"], row["budget"], row["evictions_heuristic"])
+    assert (out["baseline_peak_bytes"], out["baseline_compute_ns"]) == (row["baseline_memory"], row["baseline_compute"])
+    assert out["overhead"] == pytest.approx(row["overhead"], rel=1e-12)
+    assert (out["ratio"], out["policy"], out["runtime"], out["trace"]) == (0.5, "dtr", "eager-optimized", "resnet32")
+    if engine == "python":
+        assert out["engine"] == "python"
+
+
+def test_simulate_with_bytes_and_reference_names():
+    result = run("simulate", TINY, "--budget-bytes", 4_000_000, "--policy", "LRU", "--runtime",
+                 "RuntimeV2Eager", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert (out["budget_bytes"], out["ratio"], out["policy"], out["runtime"]) == (4_000_000, None, "lru", "eager")
+    assert out["peak_bytes"] <= 4_000_000 or out["outcome"] != "ok"
+
+
+def test_simulate_table():
+    result = run("simulate", TINY, "--ratio", "0.7")
+    assert result.exit_code == 0, result.output
+    assert "tiny (synthetic): dtr / eager-optimized" in result.stdout
+    assert "ratio 0.7" in result.stdout and "evictions (policy)" in result.stdout
+
+
+def test_simulate_overhead_limit_stops_the_run():
+    free = json.loads(run("simulate", TINY, "--ratio", "0.7", "--json").stdout)
+    assert free["overhead"] > 1.2
+    limited = json.loads(run("simulate", TINY, "--ratio", "0.7", "--overhead-limit", "1.2", "--json").stdout)
+    assert limited["outcome"] == "remat_limit"
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--ratio", "0.5", "--policy", "nope"], "unknown policy 'nope'"),
+    (["--ratio", "0.5", "--runtime", "nope"], "unknown runtime 'nope'"),
+    (["--ratio", "0"], "ratio must be a positive number"),
+    (["--ratio", "-1"], "ratio must be a positive number"),
+    (["--ratio", "nan"], "ratio must be a positive number"),
+    (["--ratio", "0.5", "--budget-bytes", "100"], "give exactly one of --ratio and --budget-bytes"),
+    ([], "give exactly one of --ratio and --budget-bytes"),
+    (["--budget-bytes", "-1"], "--budget-bytes must be a non-negative number of bytes"),
+    (["--ratio", "0.5", "--overhead-limit", "0.5"], "overhead limit must be at least 1"),
+    (["--ratio", "0.5", "--trace", "nothing"], "no trace matches 'nothing'"),
+])
+def test_simulate_bad_arguments(args, fragment):
+    one_line_error(run("simulate", TINY, *args), fragment)
+
+
+def test_simulate_missing_file(tmp_path):
+    one_line_error(run("simulate", tmp_path / "nope.log", "--ratio", "0.5"), "nope.log: no such file or folder")
+
+
+@needs_shared
+def test_simulate_needs_one_trace():
+    one_line_error(run("simulate", TRACES, "--ratio", "0.5"), "pick one trace with --trace")
+    one_line_error(run("simulate", TRACES, "--ratio", "0.5", "--trace", "t"),  # tv_densenet121, transformer
+                   "traces: tv_densenet121, transformer")
+
+
+def test_a_bad_trace_names_its_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    lines = TINY.read_text().splitlines()
+    lines[9] = '{"INSTRUCTION":"MEMORY","NAME":"w3","MEMORY":"-8"}'
+    path.write_text("\n".join(lines) + "\n")
+    for args in (["trace", "info", path], ["simulate", path, "--ratio", "0.5"]):
+        line = one_line_error(run(*args))
+        assert line == f"dtrlab: {path}:10: field MEMORY is negative: -8"
+
+
+# --- policies --------------------------------------------------------------------------------------
+
+
+def test_policies_lists_names_reference_aliases_and_descriptions():
+    result = run("policies", "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert rows["dtr"]["reference"] == "DTR" and "e*" in rows["dtr"]["description"]
+    assert rows["size"]["reference"] == "LargestStorage"
+    assert len(rows) >= 24  # eight policies and sixteen ablations
+    table = run("policies")
+    assert "LargestStorage" in table.stdout and "dtr-eq" in table.stdout
+
+
+# --- main(): the console script's contract -------------------------------------------------------------
+
+
+def test_main_turns_click_usage_errors_into_one_line(capsys):
+    for argv, fragment in ((["simulate", str(TINY), "--ratio", "abc"], "--ratio"),
+                           (["simulate", str(TINY), "--bogus"], "No such option: --bogus"),
+                           (["nope"], "No such command")):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("dtrlab: ") and fragment in err[0]
+
+
+def test_main_user_error_and_success(capsys, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "info", str(tmp_path / "missing.log")])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == f"dtrlab: {tmp_path / 'missing.log'}: no such file or folder\n"
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "info", str(TINY), "--json"])
+    assert info.value.code == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "tiny"
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 0 and "simulate" in capsys.readouterr().out
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    import dtrlab.trace.stats as stats
+
+    def broken(program):
+        raise RuntimeError("a bug in dtrlab")
+
+    monkeypatch.setattr(stats, "trace_stats", broken)
+    result = run("trace", "info", TINY)
+    assert isinstance(result.exception, RuntimeError) and result.exit_code == 1
+    with pytest.raises(RuntimeError, match="a bug in dtrlab"):
+        main(["trace", "info", str(TINY)])
+
+
+def test_console_script_prints_one_line_for_a_bad_trace(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"INSTRUCTION":"CONSTANT","NAME":"a"}\n{"INSTRUCTION":"MEMORY","NAME":"a"}\n')
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "DTRLAB_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", "from dtrlab.cli import main; main()", "trace", "info", str(path)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == f"dtrlab: {path}:2: MEMORY is missing field MEMORY\n"
+
+
+# --- other modules' commands ---------------------------------------------------------------------------
+
+
+def test_extension_modules_register_their_commands(tmp_path, monkeypatch):
+    (tmp_path / "dtrlab_ext_ok.py").write_text(textwrap.dedent("""
+        def register(app):
+            @app.command("hello")
+            def hello():
+                print("hello from an extension")
+    """))
+    (tmp_path / "dtrlab_ext_broken.py").write_text("import dtrlab_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = typer.Typer()
+
+    @target.command()
+    def other():  # two commands make a group, as in the real app
+        pass
+
+    cli._register_extensions(target, ("dtrlab_ext_ok", "dtrlab_ext_absent", "dtrlab_ext_absent.sub"))
+    result = CliRunner().invoke(target, ["hello"])
+    assert result.exit_code == 0 and "hello from an extension" in result.stdout
+    # a module that exists but misses a dependency is a bug, not an absent extension
+    with pytest.raises(ModuleNotFoundError) as info:
+        cli._register_extensions(target, ("dtrlab_ext_broken",))
+    assert info.value.name == "dtrlab_no_such_dependency"
