@@ -1,0 +1,25 @@
+"""Turning a Capture into a trace file or a lowered Program, through dtrlab's own writer and reader.
+
+Owns nothing of the format: the bytes go through trace.write and back through trace.read's checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..trace.lower import Program, lower
+from ..trace.read import TraceSource, parse_bytes
+from ..trace.write import format_trace, write_trace
+from .recorder import Capture
+
+
+def save(capture: Capture, path: str | Path, gzip: bool | None = None) -> None:
+    """Write the captured trace; gzip None means "when the path ends in .gz"."""
+    write_trace(capture.instructions, path, gzip=gzip)
+
+
+def to_program(capture: Capture, name: str = "captured") -> Program:
+    """The Program dtrlab lowers from the written trace (the same validation as a file gets)."""
+    data = format_trace(capture.instructions).encode("utf-8")
+    source = TraceSource(name, name, f"<capture {name}>", True, lambda: data)
+    return lower(parse_bytes(data, source))
