@@ -1,0 +1,151 @@
+"""The sweep commands: `dtrlab sweep` and `dtrlab results export`, added to the CLI by `register(app)`.
+
+A thin layer: parse and check the options, then call grid, run and store.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import List, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from ..errors import UsageError
+from .store import DEFAULT_STORE
+
+DEFAULT_REFINE_FACTOR = 1.05
+
+
+class ExecutorName(str, Enum):
+    local = "local"
+    dask = "dask"
+
+
+class EngineName(str, Enum):
+    auto = "auto"
+    c = "c"
+    python = "python"
+
+
+class ExportFormat(str, Enum):
+    parquet = "parquet"
+    csv = "csv"
+
+
+def sweep(
+    source: str = typer.Argument(..., help="A trace file, a folder with manifest.json, or a logs.zip."),
+    trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
+                                              help="Only traces whose name starts with NAME (repeatable; default: all)."),
+    ratios: Optional[str] = typer.Option(None, "--ratios", "-r", metavar="SPEC",
+                                         help="Budget ratios: a list 0.1,0.2 and/or inclusive ranges START:STOP:STEP "
+                                              "(exact decimals: 0.090:0.120:0.001)."),
+    budget_bytes: Optional[str] = typer.Option(None, "--budget-bytes", "-b", metavar="LIST",
+                                               help="Budgets in bytes: a list and/or ranges START:STOP:STEP."),
+    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
+                                               help="Eviction policy (repeatable; default dtr)."),
+    runtime: Optional[List[str]] = typer.Option(None, "--runtime", metavar="R",
+                                                help="Runtime (repeatable; default eager-optimized)."),
+    store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
+                              help="The DuckDB results file; runs already in it are skipped."),
+    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", "-e",
+                                          help="local: worker processes here; dask: a Dask cluster."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDR",
+                                            help="Dask scheduler address (tcp://host:8786); without it "
+                                                 "--executor dask starts a local cluster."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", metavar="N",
+                                          help="Worker processes (default: one a core)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S",
+                                            help="Stop a run after S seconds (outcome timeout); its process is killed."),
+    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
+                                                   help="Stop a run with remat_limit once its overhead must exceed X."),
+    refine: int = typer.Option(0, "--refine", metavar="K",
+                               help="Then add K ratios between neighbours whose outcome differs or whose "
+                                    "overheads differ by more than --refine-factor."),
+    refine_factor: float = typer.Option(DEFAULT_REFINE_FACTOR, "--refine-factor", metavar="F",
+                                        help="Overheads differing by more than this factor call for refinement."),
+    refine_rounds: int = typer.Option(1, "--refine-rounds", metavar="N",
+                                      help="Rounds of refinement (each looks at all results so far)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
+    engine: EngineName = typer.Option(EngineName.auto, "--engine",
+                                      help="Simulator engine (results are the same; not part of a run's key)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar and no summary table."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower the traces anew in this process."),
+) -> None:
+    """Run every (trace, policy, runtime, budget) of a grid and store each result as it finishes.
+
+    Run it again to resume: what the store has is skipped.
+    """
+    from ..sim.policies import get_policy
+    from ..sim.runtimes import get_runtime
+    from ..trace import load
+    from .grid import build_specs, parse_budget_bytes, parse_ratios
+    from .run import refine_specs, run_sweep
+    from .store import Store
+
+    if ratios is None and budget_bytes is None:
+        raise UsageError("give budgets: --ratios SPEC and/or --budget-bytes LIST")
+    # Check everything cheap before reading traces: a typo should not wait for a large file.
+    ratio_values = parse_ratios(ratios) if ratios is not None else ()
+    byte_values = parse_budget_bytes(budget_bytes) if budget_bytes is not None else ()
+    policies = list(policy) if policy else ["dtr"]
+    runtimes = list(runtime) if runtime else ["eager-optimized"]
+    for p in policies:
+        get_policy(p)
+    for r in runtimes:
+        get_runtime(r)
+    if refine < 0:
+        raise UsageError(f"--refine must be 0 or more, got {refine}")
+    if refine and not ratio_values:
+        raise UsageError("--refine adds ratios between ratios: give --ratios")
+    if refine_rounds < 1:
+        raise UsageError(f"--refine-rounds must be at least 1, got {refine_rounds}")
+    if executor is ExecutorName.local and scheduler is not None:
+        raise UsageError("--scheduler is for --executor dask")
+    programs = load(source, list(trace) if trace else None, cache=not no_cache)
+    specs = build_specs(source, programs, policies, runtimes, ratio_values, byte_values,
+                        overhead_limit=overhead_limit, seed=seed, engine=engine.value)
+    with Store(store) as opened:
+        summary = run_sweep(specs, opened, executor.value, workers, scheduler, timeout,
+                            progress=not no_progress, report=not no_progress and not refine)
+        by_sha = {p.sha256: p for p in programs}
+        for round_ in range(refine_rounds if refine and not summary.interrupted else 0):
+            new = refine_specs(specs, opened, by_sha, refine, refine_factor)
+            if not new:
+                break
+            typer.echo(f"refinement round {round_ + 1}: {len(new)} new budgets", err=True)
+            specs = specs + new
+            summary = run_sweep(specs, opened, executor.value, workers, scheduler, timeout,
+                                progress=not no_progress, report=False)
+            if summary.interrupted:
+                break
+        if refine and not no_progress:
+            from rich.console import Console
+
+            from .run import summary_table
+
+            Console().print(summary_table(summary))
+    if summary.interrupted:
+        raise typer.Exit(130)
+
+
+def export_results(
+    store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE", help="The DuckDB results file."),
+    fmt: ExportFormat = typer.Option(..., "--format", "-f", help="parquet or csv."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="FILE",
+                                      help="Write here (CSV without it goes to stdout)."),
+) -> None:
+    """One row per run: trace, policy, runtime, ratio, budget_bytes, outcome, overhead, counters."""
+    from .store import export
+
+    rows = export(store, fmt.value, out)
+    if out is not None:
+        typer.echo(f"{rows} runs written to {out}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sweep` and the `results` group to the dtrlab app."""
+    app.command("sweep")(sweep)
+    results = typer.Typer(cls=TyperGroup, help="Read the results store.", no_args_is_help=True)
+    results.command("export")(export_results)
+    app.add_typer(results, name="results")

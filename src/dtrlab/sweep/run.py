@@ -1,0 +1,199 @@
+"""Running a sweep: skip what the store has, run the rest on an executor, store each run as it ends.
+
+Also the progress bar, the summary by trace and policy, and rounds of budget refinement.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import UsageError
+from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT
+from ..sim.simulate import budget_from_ratio
+from ..trace.lower import Program
+from .executors import DEFAULT_EXECUTOR, get_executor
+from .grid import Point, RunSpec, refine
+from .store import Store
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """The runs of one trace, policy and runtime: counts by outcome and the overheads of those ok."""
+
+    trace: str
+    policy: str
+    runtime: str
+    ok: int
+    oom: int
+    remat_limit: int
+    timeout: int
+    min_overhead: float | None
+    max_overhead: float | None
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    total: int  # distinct runs asked for
+    skipped: int  # already in the store
+    ran: int  # finished and stored by this call
+    missing: int  # asked for but not stored (interrupted)
+    wall_s: float
+    interrupted: bool
+    rows: tuple[SummaryRow, ...]
+
+    @property
+    def runs_per_s(self) -> float:
+        return self.ran / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("-- runs/s" if speed is None else f"{speed:.2f} runs/s", style="progress.data.speed")
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), _RateColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                    TimeRemainingColumn(), console=console, transient=False)
+
+
+def _todo(specs: Sequence[RunSpec], store: Store, timeout_s: float | None) -> list[RunSpec]:
+    done = store.keys()
+    # A timeout is worth another try only with more time than it had.
+    retry = {k for k, t in store.timed_out().items()
+             if timeout_s is None or t is None or timeout_s > t}
+    return [s for s in specs if s.key not in done or s.key in retry]
+
+
+def summarize(store: Store, specs: Iterable[RunSpec]) -> tuple[SummaryRow, ...]:
+    frame = store.rows(s.key for s in specs)
+    rows = []
+    for (trace, policy, runtime), g in frame.groupby(["trace", "policy", "runtime"], sort=True):
+        counts = g["outcome"].value_counts()
+        ok = g.loc[g["outcome"] == OK, "overhead"]
+        rows.append(SummaryRow(trace, policy, runtime, int(counts.get(OK, 0)), int(counts.get(OOM, 0)),
+                               int(counts.get(REMAT_LIMIT, 0)), int(counts.get(TIMEOUT, 0)),
+                               float(ok.min()) if len(ok) else None, float(ok.max()) if len(ok) else None))
+    return tuple(rows)
+
+
+def summary_table(summary: SweepSummary) -> Table:
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    table = Table(title=f"{summary.total} runs: {summary.ran} run now, {summary.skipped} already stored"
+                        + (f", {summary.missing} not run (interrupted)" if summary.missing else ""))
+    for name in ("trace", "policy", "runtime", "ok", "oom", "remat_limit", "timeout",
+                 "min overhead", "max overhead"):
+        table.add_column(name, justify="left" if name in ("trace", "policy", "runtime") else "right")
+    for r in summary.rows:
+        table.add_row(r.trace, r.policy, r.runtime, str(r.ok), str(r.oom), str(r.remat_limit),
+                      str(r.timeout), fmt(r.min_overhead), fmt(r.max_overhead))
+    return table
+
+
+def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, executor: str = DEFAULT_EXECUTOR,
+              workers: int | None = None, scheduler: str | None = None, timeout_s: float | None = None,
+              progress: bool = True, *, report: bool | None = None) -> SweepSummary:
+    """Run every spec the store lacks and store each result the moment it arrives.
+
+    A killed sweep loses only the runs in flight: run it again to finish. Ctrl-C stops it
+    cleanly and returns a summary with interrupted=True. `report` (default: `progress`)
+    prints the summary table at the end.
+    """
+    if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s}")
+    specs = list({s.key: s for s in specs}.values())
+    own_store = not isinstance(store, Store)
+    opened = Store(store) if own_store else store
+    err = Console(stderr=True)
+    interrupted = False
+    finished: set[str] = set()
+    todo: list[RunSpec] = []
+    t0 = time.perf_counter()
+    try:
+        todo = _todo(specs, opened, timeout_s)
+        if todo:
+            with get_executor(executor, workers, scheduler) as ex, \
+                    _progress(err) if progress else _NoProgress() as bar:
+                task = bar.add_task(f"sweep ({ex.workers} {ex.name} workers)", total=len(todo))
+                try:
+                    for done in ex.run(todo, timeout_s):
+                        opened.put(done.spec, done.result, done.wall_s, timeout_s=timeout_s)
+                        finished.add(done.spec.key)
+                        bar.advance(task)
+                except KeyboardInterrupt:
+                    interrupted = True
+        wall_s = time.perf_counter() - t0
+        summary = SweepSummary(
+            total=len(specs), skipped=len(specs) - len(todo), ran=len(finished),
+            missing=sum(1 for s in todo if s.key not in finished), wall_s=wall_s, interrupted=interrupted, rows=summarize(opened, specs))
+    finally:
+        if own_store:
+            opened.close()
+    if report if report is not None else progress:
+        Console().print(summary_table(summary))
+        if interrupted:
+            err.print(f"interrupted: {summary.ran} runs stored this time; run the same command again to finish")
+    return summary
+
+
+class _NoProgress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def advance(self, task: int) -> None:
+        pass
+
+
+def refine_specs(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, Program], k: int,
+                 factor: float) -> list[RunSpec]:
+    """One round of refinement: for each curve (same trace, policy, runtime, options), k new
+    ratios between stored neighbours whose outcomes differ or whose overheads differ by more
+    than `factor`. `programs` maps trace sha256 to Program, to turn ratios into bytes."""
+    if k < 1:
+        raise UsageError(f"--refine must be at least 1, got {k}")
+    frame = store.rows(s.key for s in specs).set_index("key")
+    curves: dict[tuple, list[RunSpec]] = defaultdict(list)
+    for s in specs:
+        if s.ratio is not None and s.key in frame.index:
+            curves[s.group].append(s)
+    have = {s.key for s in specs}
+    new: dict[str, RunSpec] = {}
+    for members in curves.values():
+        points = []
+        for s in members:
+            row = frame.loc[s.key]
+            overhead = None if row["overhead"] is None or (isinstance(row["overhead"], float) and
+                                                          math.isnan(row["overhead"])) else float(row["overhead"])
+            points.append(Point(s.ratio, row["outcome"], overhead))
+        proto = members[0]
+        program = programs[proto.trace_sha256]
+        for ratio in refine(points, k, factor):
+            spec = RunSpec(proto.trace, proto.trace_sha256, proto.source, proto.policy, proto.runtime,
+                           budget_from_ratio(program, ratio), ratio, proto.overhead_limit, proto.seed,
+                           proto.engine)
+            if spec.key not in have:
+                new.setdefault(spec.key, spec)
+    return sorted(new.values(), key=lambda s: (s.trace, s.policy, s.runtime, s.budget_bytes))
+
+
+__all__ = ["SummaryRow", "SweepSummary", "refine_specs", "run_sweep", "summarize", "summary_table"]

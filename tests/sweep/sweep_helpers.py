@@ -1,0 +1,55 @@
+"""Sweep test helpers: resnet32 specs, the columns a run's result decides, and an in-process oracle.
+
+Self-contained on purpose: `conftest` names a different module depending on collection order.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+from dtrlab.sim.simulate import simulate
+from dtrlab.sweep.grid import build_specs
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("DTRLAB_SHARED", REPO.parent / "shared"))
+TRACES = SHARED / "traces" / "dtr-iclr21"
+
+needs_shared = pytest.mark.skipif(
+    not TRACES.is_dir(),
+    reason=f"the public traces are not at {TRACES} (set DTRLAB_SHARED to the shared folder)",
+)
+
+# What the simulation decides: equal across executors, engines and interruptions.
+RESULT_COLUMNS = ["key", "trace", "trace_sha256", "policy", "runtime", "ratio", "budget_bytes",
+                  "outcome", "overhead", "clock_ns", "remat_ns", "evictions", "eager_evictions",
+                  "distinct_evicted", "peak_bytes", "score_evals", "baseline_compute_ns",
+                  "baseline_peak_bytes", "overhead_limit", "seed"]
+
+
+@functools.lru_cache(maxsize=None)
+def program(name: str):
+    from dtrlab.trace import load
+
+    (p,) = [p for p in load(TRACES, [name], cache=False) if p.name == name]
+    return p
+
+
+def resnet_specs(ratios, policies=("dtr",), runtimes=("eager-optimized",), **kwargs):
+    return build_specs(str(TRACES), [program("resnet32")], list(policies), list(runtimes),
+                       list(ratios), **kwargs)
+
+
+def oracle(spec):
+    """The run done directly in this process, without any sweep machinery."""
+    return simulate(program(spec.trace), spec.budget_bytes, spec.policy, spec.runtime,
+                    overhead_limit=spec.overhead_limit, seed=spec.seed)
+
+
+def result_rows(frame):
+    """A store's rows as comparable dicts in key order (NaN made None so that rows compare)."""
+    rows = frame.sort_values("key")[RESULT_COLUMNS].astype(object)
+    return rows.where(rows.notna(), None).to_dict("records")
