@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, List, Optional
+from typing import Any, Optional, Tuple
 
 import typer
 from rich.console import Console
@@ -162,6 +162,177 @@ def explain_oom_cmd(
     typer.echo(format_oom(report))
 
 
+# --- two budgets: compare, diverge, bisect -------------------------------------------------------
+
+BETWEEN_HELP = "Two budgets: a ratio below 1 (0.104) or a whole number of bytes (1046362631)."
+
+
+def _two(source, trace, policy, runtime, between):
+    from .scan import parse_budget
+
+    program = _load(source, trace, policy, runtime)
+    a, b = (parse_budget(program, x) for x in between)
+    return program, a, b
+
+
+def compare_cmd(
+    source: str = typer.Argument(..., help=SOURCE_HELP),
+    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
+    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
+    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    top: int = typer.Option(10, "--top", metavar="N", help="How many re-evicted storages to list."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Compare two budgets' runs storage by storage: evictions, re-evictions, extra recompute."""
+    from .churn import compare_runs
+
+    program, a, b = _two(source, trace, policy, runtime, between)
+    churn = compare_runs(program, a, b, policy, runtime, top)
+    if as_json:
+        _json(churn.to_dict())
+        return
+    table = Table(title=f"{program.name}: {policy} / {runtime}", title_justify="left")
+    table.add_column("")
+    for side in (churn.a, churn.b):
+        table.add_column(side.budget.label, justify="right")
+    rows = [("outcome", lambda r: r.outcome), ("overhead", lambda r: _fmt(r.overhead)),
+            ("recompute ns", lambda r: f"{r.remat_ns:,}")]
+    for label, attr in (("evictions", "evictions"), ("distinct evicted", "distinct_evicted"),
+                        ("evictions / evicted storage", "per_evicted_storage")):
+        rows.append((f"{label} (all)", lambda r, a=attr: f"{getattr(r, a).all:,.3g}" if isinstance(getattr(r, a).all, float) else f"{getattr(r, a).all:,}"))
+        rows.append((f"{label} (policy)", lambda r, a=attr: f"{getattr(r, a).policy:,.3g}" if isinstance(getattr(r, a).policy, float) else f"{getattr(r, a).policy:,}"))
+    for label, fn in rows:
+        table.add_row(label, fn(churn.a), fn(churn.b))
+    console = _console()
+    console.print(table)
+    console.print(f"Jaccard of evicted sets: all {churn.jaccard.all:.3f}, policy {churn.jaccard.policy:.3f}")
+    console.print(f"the slower run ({churn.slower}) recomputes {churn.extra_remat_ns:,} ns more; "
+                  f"its {len(churn.top)} most re-evicted storages account for {churn.top_extra_ns:,} ns")
+    t = Table(title="most re-evicted storages of the slower run", title_justify="left")
+    for col in ("storage", "name", "policy a", "policy b", "all a", "all b", "remat a", "remat b", "extra ns"):
+        t.add_column(col, justify="right")
+    for s in churn.top:
+        t.add_row(str(s.storage), s.name, str(s.policy_a), str(s.policy_b), str(s.all_a), str(s.all_b),
+                  str(s.remat_a), str(s.remat_b), f"{s.extra_recompute_ns:,}")
+    console.print(t)
+
+
+def diverge_cmd(
+    source: str = typer.Argument(..., help=SOURCE_HELP),
+    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
+    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
+    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """The first policy eviction where two budgets' runs differ, and both candidates' score terms."""
+    from .divergence import diverge
+
+    program, a, b = _two(source, trace, policy, runtime, between)
+    d = diverge(program, a, b, policy, runtime)
+    if as_json:
+        _json(d.to_dict())
+        return
+    console = _console()
+    if d.index is None:
+        console.print(f"the two runs make the same {d.evictions_a} policy evictions")
+        return
+    console.print(f"{program.name}: the runs share {d.index} policy evictions, then part "
+                  f"({d.evictions_a} and {d.evictions_b} in all)")
+    for c in (d.a, d.b):
+        if c.clock_ns is None:
+            console.print(f"  {c.budget.label}: no further policy eviction")
+            continue
+        console.print(f"  {c.budget.label}: at clock {c.clock_ns:,} ns (memory {c.memory_bytes:,} B) evicts "
+                      f"storage {c.chosen}")
+        t = Table(show_header=True)
+        for col in ("storage", "name", "in pool", "compute ns", "e* ns", "size B", "staleness ns", "score"):
+            t.add_column(col, justify="right")
+        for x in c.candidates:
+            t.add_row(str(x.storage), x.name, "yes" if x.in_pool else "no", f"{x.compute_ns:,}",
+                      f"{x.neighborhood_ns:,}", f"{x.size_bytes:,}", f"{x.staleness_ns:,}", f"{x.score:.6g}")
+        console.print(t)
+
+
+def bisect_cmd(
+    source: str = typer.Argument(..., help=SOURCE_HELP),
+    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
+    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
+    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    max_runs: int = typer.Option(2000, "--max-runs", metavar="N", help="Stop refining after N simulations."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Bisect on bytes between two budgets whose outcome or regime differ, to boundaries 1 byte apart."""
+    from .bisect import bisect_budgets
+
+    program, a, b = _two(source, trace, policy, runtime, between)
+    if a.budget_bytes == b.budget_bytes:
+        raise UsageError("the two budgets are the same number of bytes")
+    try:
+        found = bisect_budgets(program, a.budget_bytes, b.budget_bytes, policy, runtime, max_runs=max_runs,
+                               lo_ratio=a.ratio, hi_ratio=b.ratio)
+    except ValueError as exc:
+        raise UsageError(f"{exc} (the two runs have the same outcome, and it is not ok)") from None
+    if as_json:
+        _json(found.to_dict())
+        return
+    console = _console()
+    if not found.boundaries:
+        console.print(f"the two budgets behave alike ({found.mode}): nothing to bisect")
+        return
+    note = "" if found.monotone else " (not monotone: more than one change on the way)"
+    console.print(f"{program.name}: {len(found.boundaries)} boundaries by {found.mode} after "
+                  f"{len(found.runs)} runs{note}" + ("" if found.complete else "; stopped at --max-runs"))
+    t = Table()
+    for col in ("below B", "class", "overhead", "above B", "class", "overhead", "1 byte apart"):
+        t.add_column(col, justify="right")
+    for x in found.boundaries:
+        t.add_row(f"{x.lo.budget_bytes:,}", x.lo_class, _fmt(x.lo.overhead), f"{x.hi.budget_bytes:,}", x.hi_class,
+                  _fmt(x.hi.overhead), "yes" if x.adjacent else "no")
+    console.print(t)
+
+
+def ablate_cmd(
+    source: str = typer.Argument(..., help=SOURCE_HELP),
+    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC", help='"START:STOP:STEP" or a comma list.'),
+    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    factor: float = typer.Option(2.0, "--factor", metavar="F", help="Switch factor."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
+) -> None:
+    """Every ablation policy (ab-*) over the ratios: which show switches or inversions."""
+    from ..sim.policies import ablation_policies
+    from .ablation import ablate
+
+    if not factor > 1:
+        raise UsageError(f"--factor must exceed 1, got {factor}")
+    grid = _ratios(ratios)
+    program = _load(source, trace, "dtr", runtime)
+    n = len(ablation_policies())
+    with _progress() as bar:
+        task = bar.add_task(f"{program.name} ablations", total=n * len(grid))
+        rows = ablate(program, grid, runtime, factor, advance=lambda: bar.advance(task))
+    if as_json:
+        _json([r.to_dict() for r in rows])
+        return
+    t = Table(title=f"{program.name}: ablations over {len(grid)} ratios (switch factor > {factor:g})",
+              title_justify="left")
+    for col in ("policy", "feasible", "smallest feasible", "switches", "largest factor", "inversions",
+                "infeasible inside"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(r.policy, f"{r.feasible}/{r.runs}", "-" if r.min_feasible_ratio is None else f"{r.min_feasible_ratio:g}",
+                  str(r.switches), "-" if r.max_factor is None else f"{r.max_factor:.3f}", str(r.inversions),
+                  str(r.infeasible_inside))
+    _console().print(t)
+
+
 def register(app: typer.Typer) -> None:
     app.command("scan")(scan_cmd)
     app.command("explain-oom")(explain_oom_cmd)
+    app.command("compare")(compare_cmd)
+    app.command("diverge")(diverge_cmd)
+    app.command("bisect")(bisect_cmd)
+    app.command("ablate")(ablate_cmd)

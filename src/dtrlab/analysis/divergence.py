@@ -1,0 +1,136 @@
+"""Where two budgets' runs part ways: the first policy eviction that differs, and the score terms
+of both runs' candidates at that choice (compiled engine to find it, Python engine to look)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UsageError
+from ..sim import cengine, pyengine
+from ..sim.policies import DEFAULT_POLICY, get_policy
+from ..sim.runtimes import DEFAULT_RUNTIME, get_runtime
+from ..sim.simulate import check_compatible
+from ..trace.lower import Program
+from .scan import Budget
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A candidate's score terms in one run at its choice: the policy's features and score."""
+
+    storage: int
+    name: str
+    in_pool: bool  # evictable at that moment (else the score is what it would be)
+    compute_ns: int
+    neighborhood_ns: int  # e* compute around it (the "neighbourhood" of the DTR score)
+    size_bytes: int
+    staleness_ns: float
+    score: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one run did at the divergent eviction: its clock, its choice, both candidates' terms."""
+
+    budget: Budget
+    clock_ns: int | None  # None: the run made no more policy evictions
+    chosen: int | None
+    memory_bytes: int | None
+    candidates: tuple[Terms, ...]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """index: how many policy evictions both runs shared before parting (None: never parted)."""
+
+    index: int | None
+    evictions_a: int
+    evictions_b: int
+    a: Choice | None
+    b: Choice | None
+
+    def to_dict(self) -> dict:
+        def side(c: Choice | None):
+            if c is None:
+                return None
+            return {"ratio": c.budget.ratio, "budget_bytes": c.budget.budget_bytes, "clock_ns": c.clock_ns,
+                    "chosen": c.chosen, "memory_bytes": c.memory_bytes,
+                    "candidates": [t.__dict__ for t in c.candidates]}
+        return {"index": self.index, "evictions_a": self.evictions_a, "evictions_b": self.evictions_b,
+                "a": side(self.a), "b": side(self.b)}
+
+
+class _Stop(Exception):
+    pass
+
+
+class _AtChoice:
+    """An observer that waits for the k-th policy choice, records the candidates' terms, and stops."""
+
+    def __init__(self, k: int, candidates: list[int], names) -> None:
+        self.k, self.candidates, self.names = k, candidates, names
+        self.seen = 0
+        self.result: tuple | None = None
+
+    def on_choose(self, engine, best_s: int, best_score: float) -> None:
+        if self.seen == self.k:
+            terms = []
+            for s in self.candidates:
+                f = engine._features(s)
+                terms.append(Terms(s, self.names[s], s in engine.pool, f.compute_ns, f.neighborhood_ns,
+                                   f.size_bytes, f.staleness_ns, engine.policy.score(f)))
+            self.result = (engine.clock, best_s, engine.memory, tuple(terms))
+            raise _Stop()
+        self.seen += 1
+
+    def __getattr__(self, name):  # the other hooks: nothing to do
+        if name.startswith("on_"):
+            return lambda *args: None
+        raise AttributeError(name)
+
+
+def _policy_log(program: Program, budget_bytes: int, pol, rt) -> np.ndarray:
+    out = cengine.run_compiled(program, budget_bytes, pol, rt, log=True)
+    log = out["eviction_log"]
+    return log[log[:, 2] == 1]
+
+
+def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names) -> Choice:
+    obs = _AtChoice(k, candidates, names)
+    engine = pyengine.Engine(program, budget.budget_bytes, pol, rt, math.inf, 0, obs)
+    try:
+        engine.run()
+    except _Stop:
+        pass
+    if obs.result is None:
+        return Choice(budget, None, None, None, ())
+    clock, chosen, memory, terms = obs.result
+    return Choice(budget, clock, chosen, memory, terms)
+
+
+def diverge(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
+            runtime: str = DEFAULT_RUNTIME) -> Divergence:
+    """The first policy eviction where runs a and b differ, and the score terms there."""
+    pol, rt = get_policy(policy), get_runtime(runtime)
+    check_compatible(pol, rt)
+    if pol.score is None:
+        raise UsageError(f"policy {pol.name} chooses at random: there are no score terms to compare")
+    if not cengine.supports(pol, rt, program):
+        raise UsageError(f"diverge needs the compiled engine for {pol.name} / {rt.name}")
+    la, lb = _policy_log(program, a.budget_bytes, pol, rt), _policy_log(program, b.budget_bytes, pol, rt)
+    n = min(len(la), len(lb))
+    differ = np.flatnonzero(la[:n, 1] != lb[:n, 1])
+    if len(differ):
+        k = int(differ[0])
+    elif len(la) != len(lb):
+        k = n  # one run stops evicting where the other goes on
+    else:
+        return Divergence(None, len(la), len(lb), None, None)
+    cands = sorted({int(log[k, 1]) for log in (la, lb) if k < len(log)})
+    roots = program.storage_root
+    names = {s: program.tensor_names[int(roots[s])] for s in cands}
+    return Divergence(k, len(la), len(lb), _look(program, a, pol, rt, k, cands, names),
+                      _look(program, b, pol, rt, k, cands, names))

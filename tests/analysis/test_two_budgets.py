@@ -1,0 +1,161 @@
+"""compare, bisect, diverge and ablate on constructed and synthetic programs (answers by construction
+or by brute force), and the CLI on them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cases import chain_program, synthetic_program
+from conftest import TRACES, needs_shared, public_program
+from typer.testing import CliRunner
+
+from dtrlab.analysis.ablation import ablate
+from dtrlab.analysis.bisect import bisect_budgets
+from dtrlab.analysis.churn import compare_runs
+from dtrlab.analysis.divergence import diverge
+from dtrlab.analysis.scan import Budget, parse_budget, scan
+from dtrlab.cli import app
+from dtrlab.errors import UsageError
+from dtrlab.sim.cengine import run_compiled
+from dtrlab.sim.policies import get_policy
+from dtrlab.sim.runtimes import get_runtime
+from dtrlab.sim.simulate import baseline, compiled_available, simulate
+
+needs_c = pytest.mark.skipif(not compiled_available(), reason="the compiled engine is not built")
+
+
+def small(seed):
+    return synthetic_program(seed, 30, size_bytes=(4, 64), time_ns=(1, 50))
+
+
+def test_compare_chain_by_construction():
+    p = chain_program(4)
+    churn = compare_runs(p, Budget(None, 500), Budget(None, 400))
+    assert churn.slower == "b" and churn.a.evictions.policy == 0
+    assert churn.b.evictions.policy == 3 and churn.b.distinct_evicted.policy == 3
+    assert churn.jaccard.policy == 0.0  # a evicts nothing
+    assert churn.jaccard.all == 0.0  # no eager evictions either: the sets are {} and {x1, x3, x4}
+    assert sorted(s.name for s in churn.top) == ["x1", "x3", "x4"]
+    assert churn.extra_remat_ns == churn.b.remat_ns == 20
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compare_counts_match_the_runs(seed):
+    p = small(seed)
+    peak = baseline(p).peak_bytes
+    a, b = Budget(None, int(peak * 0.5)), Budget(None, int(peak * 0.7))
+    churn = compare_runs(p, a, b, top=5)
+    for side, budget in ((churn.a, a), (churn.b, b)):
+        res = simulate(p, budget.budget_bytes)
+        assert side.evictions.policy == res.evictions
+        assert side.evictions.all == res.evictions + res.eager_evictions
+        assert side.distinct_evicted.policy == res.distinct_evicted
+        assert side.remat_ns == res.remat_ns and side.outcome == res.outcome
+    assert 0.0 <= churn.jaccard.policy <= 1.0 and len(churn.top) <= 5
+
+
+def test_bisect_chain_finds_the_exact_byte():
+    # all five 100-byte storages end pinned: 500 bytes are needed, 499 are not enough
+    found = bisect_budgets(chain_program(4), 300, 800)
+    assert found.mode == "outcome" and found.monotone and found.complete
+    (b,) = found.boundaries
+    assert (b.lo.budget_bytes, b.lo.outcome, b.hi.budget_bytes, b.hi.outcome) == (499, "oom", 500, "ok")
+    assert b.adjacent
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(3))
+def test_bisect_agrees_with_brute_force(seed):
+    p = small(seed)
+    peak = baseline(p).peak_bytes
+    lo, hi = 0, peak
+    truth = {b: simulate(p, b).outcome for b in range(lo, hi + 1)}
+    found = bisect_budgets(p, lo, hi, mode="outcome")
+    for r in found.runs:
+        assert truth[r.budget_bytes] == r.outcome
+    for bd in found.boundaries:
+        assert bd.adjacent and truth[bd.lo.budget_bytes] != truth[bd.hi.budget_bytes]
+    changes = [b for b in range(lo, hi) if truth[b] != truth[b + 1]]
+    assert {bd.lo.budget_bytes for bd in found.boundaries} <= set(changes)
+    # the number of changes has the parity of the two ends differing
+    assert len(found.boundaries) % 2 == (truth[lo] != truth[hi])
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(6))
+def test_diverge_matches_both_eviction_logs(seed):
+    p = small(seed)
+    peak = baseline(p).peak_bytes
+    a, b = Budget(None, int(peak * 0.5)), Budget(None, int(peak * 0.6))
+    d = diverge(p, a, b)
+    pol, rt = get_policy("dtr"), get_runtime("eager-optimized")
+    logs = []
+    for budget in (a, b):
+        log = run_compiled(p, budget.budget_bytes, pol, rt, log=True)["eviction_log"]
+        logs.append(log[log[:, 2] == 1])
+    if d.index is None:
+        assert len(logs[0]) == len(logs[1]) and np.array_equal(logs[0][:, 1], logs[1][:, 1])
+        return
+    k = d.index
+    assert np.array_equal(logs[0][:k, 1], logs[1][:k, 1])
+    for choice, log in ((d.a, logs[0]), (d.b, logs[1])):
+        if k < len(log):
+            # the Python engine, stopped at the k-th choice, chose what the compiled one logged
+            assert choice.chosen == log[k, 1] and choice.clock_ns == log[k, 0]
+            chosen = next(t for t in choice.candidates if t.storage == choice.chosen)
+            assert chosen.in_pool and all(chosen.score <= t.score for t in choice.candidates if t.in_pool)
+        else:
+            assert choice.clock_ns is None
+
+
+def test_diverge_of_a_random_policy_is_a_usage_error():
+    with pytest.raises(UsageError):
+        diverge(chain_program(4), Budget(None, 400), Budget(None, 300), policy="random")
+
+
+def test_ablate_rows_match_scans():
+    p = small(1)
+    peak = baseline(p).peak_bytes
+    ratios = [0.3, 0.5, 0.7, 0.9]
+    rows = ablate(p, ratios, policies=["ab-e-size-stale", "ab-local"])
+    assert [r.policy for r in rows] == ["ab-e-size-stale", "ab-local"]
+    for row in rows:
+        runs = scan(p, ratios, row.policy)
+        assert row.feasible == sum(r.feasible for r in runs) and row.runs == 4
+    assert peak > 0
+
+
+def test_parse_budget_ratio_or_bytes():
+    p = chain_program(4)
+    assert parse_budget(p, "0.8") == Budget(0.8, 400)
+    assert parse_budget(p, "450") == Budget(None, 450)
+    for bad in ("1.5", "-3", "x"):
+        with pytest.raises(UsageError):
+            parse_budget(p, bad)
+
+
+@needs_shared
+def test_cli_on_resnet32():
+    runner = CliRunner()
+
+    def run(*args):
+        res = runner.invoke(app, [str(a) for a in args])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+
+    out = run("bisect", TRACES, "-t", "resnet32", "--between", "0.101", "0.102", "--json")
+    assert out["mode"] == "outcome" and out["boundaries"]
+    for b in out["boundaries"]:
+        assert b["adjacent"] and b["hi"]["budget_bytes"] - b["lo"]["budget_bytes"] == 1
+        assert b["lo"]["outcome"] != b["hi"]["outcome"]
+    out = run("diverge", TRACES, "-t", "resnet32", "--between", "0.110", "0.111", "--json")
+    assert out["index"] is not None and out["a"]["chosen"] != out["b"]["chosen"]
+    out = run("compare", TRACES, "-t", "resnet32", "--between", "0.110", "0.111", "--json")
+    assert out["slower"] == "b" and out["extra_remat_ns"] == out["b"]["remat_ns"] - out["a"]["remat_ns"] > 0
+    # ab-e-size-stale is DTR's own score: same runs as dtr
+    rows = run("ablate", TRACES, "-t", "resnet32", "-r", "0.100:0.108:0.002", "--json")
+    dtr = scan(public_program("resnet32"), [0.1, 0.102, 0.104, 0.106, 0.108], "dtr")
+    row = next(r for r in rows if r["policy"] == "ab-e-size-stale")
+    assert row["feasible"] == sum(r.feasible for r in dtr) and len(rows) == 16
