@@ -211,7 +211,7 @@ def compare_cmd(
                   f"its {len(churn.top)} most re-evicted storages account for {churn.top_extra_ns:,} ns")
     t = Table(title="most re-evicted storages of the slower run", title_justify="left")
     for col in ("storage", "name", "policy a", "policy b", "all a", "all b", "remat a", "remat b", "extra ns"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=col in ("storage", "name", "extra ns"))
     for s in churn.top:
         t.add_row(str(s.storage), s.name, str(s.policy_a), str(s.policy_b), str(s.all_a), str(s.all_b),
                   str(s.remat_a), str(s.remat_b), f"{s.extra_recompute_ns:,}")
@@ -321,7 +321,7 @@ def ablate_cmd(
               title_justify="left")
     for col in ("policy", "feasible", "smallest feasible", "switches", "largest factor", "inversions",
                 "infeasible inside"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=col == "policy")
     for r in rows:
         t.add_row(r.policy, f"{r.feasible}/{r.runs}", "-" if r.min_feasible_ratio is None else f"{r.min_feasible_ratio:g}",
                   str(r.switches), "-" if r.max_factor is None else f"{r.max_factor:.3f}", str(r.inversions),
