@@ -1,0 +1,127 @@
+"""The `dtrlab capture` command, added to the CLI by `register(app)`: record a zoo model or a user's step.
+
+A thin layer: torch is imported only when the command runs, so the CLI works without the extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+
+
+def _size_kwargs(sizes: list[str]) -> dict:
+    """KEY=VALUE options as keyword arguments; values are JSON (3, [2, 2]) or plain strings."""
+    out = {}
+    for item in sizes:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--size takes KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+        if isinstance(out[key], list):
+            out[key] = tuple(out[key])
+    return out
+
+
+def _call_factory(factory, kwargs: dict, what: str):
+    """Call a step factory with the keyword arguments it accepts; a bad size is the user's mistake."""
+    params = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    # device is offered to every factory; a factory that takes none runs where it chooses.
+    unknown = [k for k in kwargs if k not in params and not takes_any and k != "device"]
+    if unknown:
+        raise UsageError(f"{what} takes no argument {', '.join(sorted(unknown))} "
+                         f"(it takes: {', '.join(params) or 'nothing'})")
+    return factory(**{k: v for k, v in kwargs.items() if k in params or takes_any})
+
+
+def _script_factory(spec: str):
+    path, sep, func = spec.rpartition(":")
+    if not sep or not path or not func:
+        raise UsageError(f"--script takes FILE.py:FUNCTION, got {spec!r}")
+    if not Path(path).is_file():
+        raise UsageError(f"{path}: no such file")
+    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    factory = getattr(module, func, None)
+    if not callable(factory):
+        raise UsageError(f"{path} has no function {func!r}")
+    return factory
+
+
+def capture(
+    model: Optional[str] = typer.Argument(None, help="A zoo model: resnet32, lstm, transformer, unet, densenet."),
+    script: Optional[str] = typer.Option(None, "--script", metavar="FILE.py:FUNCTION",
+                                         help="A user's step factory: FUNCTION(batch=..., device=...) "
+                                              "(the arguments it accepts) returns a zero-argument step."),
+    batch: Optional[int] = typer.Option(None, "--batch", "-n", help="Batch size (default: the model's)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    repeat: int = typer.Option(1, "--repeat", "-k", help="Record K times after a warm-up; times are medians."),
+    size: Optional[List[str]] = typer.Option(None, "--size", metavar="KEY=VALUE",
+                                             help="A model size argument, e.g. hidden=256 (repeatable)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Trace file (.log, .jsonl, or .gz to compress); "
+                                            "default MODEL-BATCH.log.gz."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+) -> None:
+    """Record one training step (forward, loss, backward) of a model as a DTR trace."""
+    if (model is None) == (script is None):
+        raise UsageError("give exactly one of MODEL and --script")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda, got {device!r}")
+    if repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, got {repeat}")
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {batch}")
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise UsageError("capture needs torch: pip install -e '.[capture]'") from None
+    from .recorder import record_median
+    from .save import save, to_program
+    from .zoo import ZOO
+    from ..sim.simulate import baseline
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda, but torch sees no CUDA device")
+    kwargs = _size_kwargs(list(size or []))
+    kwargs["device"] = device
+    if model is not None:
+        if model not in ZOO:
+            raise UsageError(f"unknown model {model!r} (models: {', '.join(ZOO)})")
+        factory, label = ZOO[model].make, model
+        kwargs["batch"] = batch if batch is not None else ZOO[model].batch
+    else:
+        factory, label = _script_factory(script), Path(script.rpartition(":")[0]).stem
+        if batch is not None:
+            kwargs["batch"] = batch
+    step = _call_factory(factory, kwargs, label)
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    result = record_median(step, repeat=repeat, warmup=1, sync=sync)
+    path = out or Path(f"{label}-{kwargs.get('batch', 'custom')}.log.gz")
+    save(result, path)
+    program = to_program(result, label)
+    summary = {"trace": str(path), "model": label, "batch": kwargs.get("batch"), "device": device,
+               "repeat": repeat, "operators": result.operators, "compute_ns": program.compute_ns,
+               "recorded_peak_bytes": result.peak_bytes,
+               "simulated_peak_bytes": baseline(program).peak_bytes,
+               "mutated_bytes": result.mutated_bytes, "torch": torch.__version__}
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    for key, value in summary.items():
+        typer.echo(f"{key:22} {value}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("capture")(capture)

@@ -1,0 +1,60 @@
+"""`dtrlab capture`: a zoo model and a user's script become trace files; mistakes are one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
+
+from dtrlab.cli import main  # noqa: E402
+from dtrlab.trace import load  # noqa: E402
+
+
+def _run(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out = capsys.readouterr()
+    return exit_info.value.code, out.out, out.err
+
+
+def test_capture_zoo_model(tmp_path, capsys):
+    path = tmp_path / "r.log.gz"
+    code, out, _ = _run(["capture", "resnet32", "--batch", "1", "--size", "image=8", "--size", "depth=8",
+                         "--size", "width=2", "--repeat", "2", "--out", str(path), "--json"], capsys)
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["recorded_peak_bytes"] <= summary["simulated_peak_bytes"]
+    (program,) = load(path, cache=False)
+    assert program.n_ops > 50
+
+
+def test_capture_script(tmp_path, capsys):
+    script = tmp_path / "my_model.py"
+    script.write_text("import torch\n"
+                      "def make_step(batch=2):\n"
+                      "    m = torch.nn.Linear(4, 4)\n"
+                      "    x = torch.randn(batch, 4)\n"
+                      "    def step():\n"
+                      "        m.zero_grad(set_to_none=True)\n"
+                      "        m(x).sum().backward()\n"
+                      "    return step\n")
+    path = tmp_path / "m.log"
+    code, out, _ = _run(["capture", "--script", f"{script}:make_step", "--batch", "3",
+                         "--out", str(path), "--json"], capsys)
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["recorded_peak_bytes"] == summary["simulated_peak_bytes"]
+    assert load(path, cache=False)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["capture", "nosuch"], "unknown model"),
+    (["capture"], "exactly one of MODEL and --script"),
+    (["capture", "lstm", "--size", "bogus=1"], "takes no argument bogus"),
+    (["capture", "--script", "missing.py:f"], "no such file"),
+])
+def test_capture_mistakes_are_one_line(argv, message, capsys):
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and message in err and "Traceback" not in err
