@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+import pandas as pd
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -115,7 +116,10 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     """
     if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s}")
-    specs = list({s.key: s for s in specs}.values())
+    unique: dict[str, RunSpec] = {}
+    for s in specs:
+        unique.setdefault(s.key, s)
+    specs = list(unique.values())
     own_store = not isinstance(store, Store)
     opened = Store(store) if own_store else store
     err = Console(stderr=True)
@@ -145,8 +149,8 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
             opened.close()
     if report if report is not None else progress:
         Console().print(summary_table(summary))
-        if interrupted:
-            err.print(f"interrupted: {summary.ran} runs stored this time; run the same command again to finish")
+    if interrupted and progress:
+        err.print(f"interrupted: {summary.ran} runs stored this time; run the same command again to finish")
     return summary
 
 
@@ -181,10 +185,8 @@ def refine_specs(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, 
     for members in curves.values():
         points = []
         for s in members:
-            row = frame.loc[s.key]
-            overhead = None if row["overhead"] is None or (isinstance(row["overhead"], float) and
-                                                          math.isnan(row["overhead"])) else float(row["overhead"])
-            points.append(Point(s.ratio, row["outcome"], overhead))
+            outcome, overhead = frame.loc[s.key, ["outcome", "overhead"]]
+            points.append(Point(s.ratio, outcome, None if pd.isna(overhead) else float(overhead)))
         proto = members[0]
         program = programs[proto.trace_sha256]
         for ratio in refine(points, k, factor):

@@ -135,7 +135,13 @@ class Worker:
 
     def start(self, spec: RunSpec, timeout_s: float | None) -> None:
         self.spec, self.timeout_s, self.deadline = spec, timeout_s, None
-        self.outbox.send(spec)
+        try:
+            self.outbox.send(spec)
+        except OSError:  # the child is gone already: most likely it could not import dtrlab
+            code = self.process.wait()
+            self.spec = None
+            raise WorkerDied(f"a worker process exited at start (exit status {code}); can "
+                             f"{sys.executable} import dtrlab?") from None
 
     def answer(self) -> Finished | None:
         """Read one message (the inbox is ready): None after 'started', a Finished at the end."""
