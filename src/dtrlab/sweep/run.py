@@ -64,10 +64,10 @@ class _RateColumn(ProgressColumn):
         return Text("-- runs/s" if speed is None else f"{speed:.2f} runs/s", style="progress.data.speed")
 
 
-def _progress(console: Console) -> Progress:
+def _progress(console: Console, show: bool) -> Progress:
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), _RateColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                    TimeRemainingColumn(), console=console, transient=False)
+                    TimeRemainingColumn(), console=console, transient=False, disable=not show)
 
 
 def _todo(specs: Sequence[RunSpec], store: Store, timeout_s: float | None) -> list[RunSpec]:
@@ -130,8 +130,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     try:
         todo = _todo(specs, opened, timeout_s)
         if todo:
-            with get_executor(executor, workers, scheduler) as ex, \
-                    _progress(err) if progress else _NoProgress() as bar:
+            with get_executor(executor, workers, scheduler) as ex, _progress(err, progress) as bar:
                 task = bar.add_task(f"sweep ({ex.workers} {ex.name} workers)", total=len(todo))
                 try:
                     for done in ex.run(todo, timeout_s):
@@ -141,9 +140,9 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
                 except KeyboardInterrupt:
                     interrupted = True
         wall_s = time.perf_counter() - t0
-        summary = SweepSummary(
-            total=len(specs), skipped=len(specs) - len(todo), ran=len(finished),
-            missing=sum(1 for s in todo if s.key not in finished), wall_s=wall_s, interrupted=interrupted, rows=summarize(opened, specs))
+        summary = SweepSummary(total=len(specs), skipped=len(specs) - len(todo), ran=len(finished),
+                               missing=sum(1 for s in todo if s.key not in finished), wall_s=wall_s,
+                               interrupted=interrupted, rows=summarize(opened, specs))
     finally:
         if own_store:
             opened.close()
@@ -152,20 +151,6 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     if interrupted and progress:
         err.print(f"interrupted: {summary.ran} runs stored this time; run the same command again to finish")
     return summary
-
-
-class _NoProgress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def add_task(self, *args, **kwargs) -> int:
-        return 0
-
-    def advance(self, task: int) -> None:
-        pass
 
 
 def refine_specs(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, Program], k: int,
