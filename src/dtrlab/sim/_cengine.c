@@ -111,8 +111,9 @@ typedef struct {
     const i64 *t_size;
     const i64 *s_size;
     const i32 *s_root, *s_tptr, *s_tensors; /* storage -> its tensors, ascending ids */
-    const i32 *c_ptr, *c_list;              /* tensor -> children in creation order */
-    const i32 *c_slist, *a_slist;           /* the storages of c_list and of op_args */
+    /* storage -> distinct adjacent storages (forward: consumers; reverse: inputs of its
+     * producers), each with the operator whose creation adds the edge, ascending */
+    const i32 *f_ptr, *f_list, *f_birth, *r_ptr, *r_list, *r_birth;
     const signed char *step_kind;
     const i32 *step_target;
 } Prog;
@@ -136,7 +137,7 @@ typedef struct {
     u64 rng;
     /* tensors */
     unsigned char *defined;
-    i32 *c_live; /* children created so far */
+    i32 ops_created; /* operators (hence graph edges) that exist so far */
     /* storages */
     unsigned char *material, *pinned, *in_pool;
     i32 *ref_int;
@@ -235,31 +236,25 @@ static void region_rebuild(St *S, int forward, i32 base) {
     region_clear(S, forward, base);
     u64 *in = row(forward ? S->fwd_in : S->rev_in, S, base);
     u64 *fr = row(forward ? S->fwd_fr : S->rev_fr, S, base);
+    const i32 *ptr = forward ? p->f_ptr : p->r_ptr, *list = forward ? p->f_list : p->r_list;
+    const i32 *birth = forward ? p->f_birth : p->r_birth;
     i64 compute = 0;
     int dirty = 0;
     i32 top = 0;
     S->dfs[top++] = base;
     while (top) {
         i32 s = S->dfs[--top];
-        i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
-        for (i32 k = t0; k < tn; k++) {
-            i32 t = p->s_tensors[k];
-            const i32 *e;
-            i32 ne;
-            if (forward) { e = p->c_slist + p->c_ptr[t]; ne = S->c_live[t]; }
-            else { i32 op = p->t_op[t]; e = p->a_slist + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
-            for (i32 j = 0; j < ne; j++) {
-                i32 us = e[j];
-                if (S->material[us]) {
-                    if (us != base) { bset(fr, us); dirty = 1; }
-                    continue;
-                }
-                if (!bget(in, us)) {
-                    compute += S->s_compute[us];
-                    bset(in, us);
-                    dirty = 1;
-                    S->dfs[top++] = us;
-                }
+        for (i32 k = ptr[s], end = ptr[s + 1]; k < end && birth[k] < S->ops_created; k++) {
+            i32 us = list[k];
+            if (S->material[us]) {
+                if (us != base) { bset(fr, us); dirty = 1; }
+                continue;
+            }
+            if (!bget(in, us)) {
+                compute += S->s_compute[us];
+                bset(in, us);
+                dirty = 1;
+                S->dfs[top++] = us;
             }
         }
     }
@@ -332,22 +327,18 @@ static void next_stamp(St *S) {
 }
 
 /* Visit each distinct evicted storage adjacent to s (through parents and children). */
-#define FOR_EVICTED_NEIGHBORS(S, s, n, ...)                                                   \
+#define FOR_EVICTED_NEIGHBORS(S, s, n, ...)                                                    \
     do {                                                                                       \
         const Prog *p_ = (S)->p;                                                               \
         next_stamp(S);                                                                         \
-        i32 t0_ = p_->s_tptr[s], tn_ = t0_ + (S)->s_live[s];                                   \
-        for (i32 k_ = t0_; k_ < tn_; k_++) {                                                   \
-            i32 t_ = p_->s_tensors[k_], op_ = p_->t_op[t_];                                    \
-            for (int dir_ = 0; dir_ < 2; dir_++) {                                             \
-                const i32 *e_ = dir_ ? p_->c_slist + p_->c_ptr[t_] : p_->a_slist + p_->op_arg_ptr[op_]; \
-                i32 ne_ = dir_ ? (S)->c_live[t_] : p_->op_arg_ptr[op_ + 1] - p_->op_arg_ptr[op_]; \
-                for (i32 j_ = 0; j_ < ne_; j_++) {                                             \
-                    i32 n = e_[j_];                                                            \
-                    if ((S)->material[n] || n == (s) || (S)->mark[n] == (S)->stamp) continue;  \
-                    (S)->mark[n] = (S)->stamp;                                                 \
-                    __VA_ARGS__                                                                \
-                }                                                                              \
+        for (int dir_ = 0; dir_ < 2; dir_++) {                                                 \
+            const i32 *ptr_ = dir_ ? p_->f_ptr : p_->r_ptr, *list_ = dir_ ? p_->f_list : p_->r_list; \
+            const i32 *birth_ = dir_ ? p_->f_birth : p_->r_birth;                              \
+            for (i32 k_ = ptr_[s], e_ = ptr_[(s) + 1]; k_ < e_ && birth_[k_] < (S)->ops_created; k_++) { \
+                i32 n = list_[k_];                                                             \
+                if ((S)->material[n] || n == (s) || (S)->mark[n] == (S)->stamp) continue;      \
+                (S)->mark[n] = (S)->stamp;                                                     \
+                __VA_ARGS__                                                                    \
             }                                                                                  \
         }                                                                                      \
     } while (0)
@@ -385,23 +376,17 @@ static void fresh_neighborhood(St *S, i32 base, i64 *cost, i64 *latest) {
         S->dfs[top++] = base;
         while (top) {
             i32 s = S->dfs[--top];
-            i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
-            for (i32 k = t0; k < tn; k++) {
-                i32 t = p->s_tensors[k];
-                const i32 *e;
-                i32 ne;
-                if (forward) { e = p->c_slist + p->c_ptr[t]; ne = S->c_live[t]; }
-                else { i32 op = p->t_op[t]; e = p->a_slist + p->op_arg_ptr[op]; ne = p->op_arg_ptr[op + 1] - p->op_arg_ptr[op]; }
-                for (i32 j = 0; j < ne; j++) {
-                    i32 us = e[j];
-                    if (S->material[us] || vis[us] == S->stamp) continue;
-                    vis[us] = S->stamp;
-                    S->dfs[top++] = us;
-                    if (S->umark[us] != S->stamp) {
-                        S->umark[us] = S->stamp;
-                        c += S->s_compute[us];
-                        if (S->last_access[us] > la) la = S->last_access[us];
-                    }
+            const i32 *ptr = forward ? p->f_ptr : p->r_ptr, *list = forward ? p->f_list : p->r_list;
+            const i32 *birth = forward ? p->f_birth : p->r_birth;
+            for (i32 k = ptr[s], end = ptr[s + 1]; k < end && birth[k] < S->ops_created; k++) {
+                i32 us = list[k];
+                if (S->material[us] || vis[us] == S->stamp) continue;
+                vis[us] = S->stamp;
+                S->dfs[top++] = us;
+                if (S->umark[us] != S->stamp) {
+                    S->umark[us] = S->stamp;
+                    c += S->s_compute[us];
+                    if (S->last_access[us] > la) la = S->last_access[us];
                 }
             }
         }
@@ -552,7 +537,7 @@ static void create(St *S, i32 op) {
         S->s_live[s]++;
         S->ref_ext[s]++;
     }
-    for (i32 j = p->op_arg_ptr[op]; j < p->op_arg_ptr[op + 1]; j++) S->c_live[p->op_args[j]] += n;
+    S->ops_created = op + 1;
 }
 
 static void compute(St *S, i32 t, int remat) {
@@ -712,7 +697,7 @@ static int run_schedule(St *S) {
 /* ---- Python glue --------------------------------------------------------------------------- */
 
 static void st_free(St *S) {
-    void *ptrs[] = {S->defined, S->c_live, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
+    void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
                     S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->fwd_in,
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
                     S->aff_fwd, S->aff_rev, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
@@ -732,13 +717,13 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
                                      &den_size, &den_stale, &special, &eager, &regions, &eq,
                                      &remat_limit, &seed, &counts, &want_log))
         return NULL;
-    if (!PyTuple_Check(bufs) || PyTuple_GET_SIZE(bufs) != 19) {
-        PyErr_SetString(PyExc_TypeError, "bufs must be a tuple of 19 arrays");
+    if (!PyTuple_Check(bufs) || PyTuple_GET_SIZE(bufs) != 21) {
+        PyErr_SetString(PyExc_TypeError, "bufs must be a tuple of 21 arrays");
         return NULL;
     }
-    Py_buffer views[19];
+    Py_buffer views[21];
     int got = 0;
-    for (; got < 19; got++) {
+    for (; got < 21; got++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &views[got], PyBUF_C_CONTIGUOUS) < 0) {
             for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
             return NULL;
@@ -749,13 +734,14 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     P.op_n_out = views[3].buf; P.op_arg_ptr = views[4].buf; P.op_args = views[5].buf;
     P.t_op = views[6].buf; P.t_storage = views[7].buf; P.t_size = views[8].buf;
     P.s_size = views[9].buf; P.s_root = views[10].buf; P.s_tptr = views[11].buf;
-    P.s_tensors = views[12].buf; P.c_ptr = views[13].buf; P.c_list = views[14].buf;
-    P.step_kind = views[15].buf; P.step_target = views[16].buf;
-    P.c_slist = views[17].buf; P.a_slist = views[18].buf;
+    P.s_tensors = views[12].buf;
+    P.step_kind = views[13].buf; P.step_target = views[14].buf;
+    P.f_ptr = views[15].buf; P.f_list = views[16].buf; P.f_birth = views[17].buf;
+    P.r_ptr = views[18].buf; P.r_list = views[19].buf; P.r_birth = views[20].buf;
     P.n_ops = (i32)(views[0].len / 8);
     P.n_tensors = (i32)(views[6].len / 4);
     P.n_storages = (i32)(views[9].len / 8);
-    P.n_steps = (i32)(views[16].len / 4);
+    P.n_steps = (i32)(views[14].len / 4);
 
     Py_buffer cviews[3];
     memset(cviews, 0, sizeof cviews);
@@ -791,7 +777,6 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     S.words = (ns + 63) / 64;
     if (S.words == 0) S.words = 1;
     S.defined = calloc(nt + 1, 1);
-    S.c_live = calloc(nt + 1, sizeof(i32));
     S.material = calloc(ns + 1, 1);
     S.pinned = calloc(ns + 1, 1);
     S.in_pool = calloc(ns + 1, 1);
@@ -808,7 +793,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     S.mark2 = calloc(ns + 1, sizeof(i32));
     S.umark = calloc(ns + 1, sizeof(i32));
     S.evicted_by_policy = calloc(ns + 1, 1);
-    int ok = S.defined && S.c_live && S.material && S.pinned && S.in_pool && S.ref_int && S.ref_ext &&
+    int ok = S.defined && S.material && S.pinned && S.in_pool && S.ref_int && S.ref_ext &&
              S.s_compute && S.last_access && S.s_live && S.pool_prev && S.pool_next && S.dfs && S.ecn &&
              S.mark && S.mark2 && S.umark && S.evicted_by_policy;
     if (ok && regions) {
@@ -855,13 +840,13 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     }
     st_free(&S);
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
-    for (int i = 0; i < 19; i++) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 21; i++) PyBuffer_Release(&views[i]);
     return result;
 
 fail_counts:
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
 fail_views:
-    for (int i = 0; i < 19; i++) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 21; i++) PyBuffer_Release(&views[i]);
     return NULL;
 }
 

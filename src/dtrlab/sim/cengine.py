@@ -46,6 +46,19 @@ def supports(policy: Policy, runtime: Runtime, program: Program) -> bool:
             and int(program.op_n_out.max(initial=0)) <= MAX_OUTPUTS)
 
 
+def _adjacency(src: np.ndarray, dst: np.ndarray, birth: np.ndarray, n: int):
+    """CSR of distinct (src -> dst) edges, each at its first birth, ascending birth per src."""
+    order = np.lexsort((birth, dst, src))
+    src, dst, birth = src[order], dst[order], birth[order]
+    first = np.ones(len(src), bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    src, dst, birth = src[first], dst[first], birth[first]
+    order = np.lexsort((birth, src))
+    ptr = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    return ptr, dst[order].astype(np.int32), birth[order].astype(np.int32)
+
+
 def _prepared(program: Program) -> tuple:
     """The arrays the compiled engine walks, derived once per program."""
     prep = program.meta.get("_cengine_bufs")
@@ -58,25 +71,27 @@ def _prepared(program: Program) -> tuple:
     order = np.argsort(program.tensor_storage, kind="stable").astype(i32)
     s_tptr = np.zeros(program.n_storages + 1, i32)
     np.cumsum(np.bincount(program.tensor_storage, minlength=program.n_storages), out=s_tptr[1:])
-    # tensor -> children: every output of each operator, once per argument occurrence, in op order
+    # storage-level edges: (input storage, output storage) of every operator, born with it
     n_args = np.diff(program.op_arg_ptr)
     arg_op = np.repeat(np.arange(program.n_ops, dtype=i32), n_args)
-    per_edge = program.op_n_out[arg_op]
-    parent = np.repeat(program.op_args, per_edge)
-    child = np.concatenate([np.arange(program.op_out_start[o], program.op_out_start[o] + program.op_n_out[o])
-                            for o in arg_op]).astype(i32) if len(arg_op) else np.zeros(0, i32)
-    corder = np.argsort(parent, kind="stable")
-    c_list = child[corder].astype(i32)
-    c_ptr = np.zeros(program.n_tensors + 1, i32)
-    np.cumsum(np.bincount(parent, minlength=program.n_tensors), out=c_ptr[1:])
+    per_arg = program.op_n_out[arg_op]
+    src = np.repeat(program.tensor_storage[program.op_args], per_arg)
+    birth = np.repeat(arg_op, per_arg)
+    first_out = np.repeat(program.op_out_start[arg_op], per_arg)
+    within = np.arange(len(src)) - np.repeat(np.cumsum(per_arg) - per_arg, per_arg)
+    dst = program.tensor_storage[first_out + within]
+    keep = src != dst  # a storage is never its own neighbour in a traversal
+    src, dst, birth = src[keep], dst[keep], birth[keep]
+    f_ptr, f_list, f_birth = _adjacency(src, dst, birth, program.n_storages)
+    r_ptr, r_list, r_birth = _adjacency(dst, src, birth, program.n_storages)
     prep = tuple(np.ascontiguousarray(a) for a in (
         program.op_cost_ns.astype(i64), op_size, program.op_out_start.astype(i32),
         program.op_n_out.astype(i32), program.op_arg_ptr.astype(i32), program.op_args.astype(i32),
         program.tensor_op.astype(i32), program.tensor_storage.astype(i32),
         program.tensor_size_bytes.astype(i64), program.storage_size_bytes.astype(i64),
-        program.storage_root.astype(i32), s_tptr, order, c_ptr, c_list,
+        program.storage_root.astype(i32), s_tptr, order,
         program.step_kind.astype(np.int8), program.step_target.astype(i32),
-        program.tensor_storage[c_list].astype(i32), program.tensor_storage[program.op_args].astype(i32)))
+        f_ptr, f_list, f_birth, r_ptr, r_list, r_birth))
     program.meta["_cengine_bufs"] = prep
     return prep
 
