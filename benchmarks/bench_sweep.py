@@ -2,6 +2,7 @@
 
 Prints the wall time and runs per second. Run by hand:
     PYTHONPATH=src python benchmarks/bench_sweep.py                      # lstm, 0.100:1.000:0.001 (901 runs)
+    PYTHONPATH=src python benchmarks/bench_sweep.py --overhead-limit 3   # the same, thrashing runs cut short
     PYTHONPATH=src python benchmarks/bench_sweep.py --trace resnet32 --ratios 0.1:1.0:0.05
 """
 
@@ -36,18 +37,21 @@ def main() -> None:
     parser.add_argument("--executor", default="local")
     parser.add_argument("--workers", type=int, default=None, help="default: one a core")
     parser.add_argument("--engine", default="auto")
+    parser.add_argument("--overhead-limit", type=float, default=None,
+                        help="stop runs past this overhead (lstm has budgets near 0.2 with 30-40x)")
+    parser.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds")
     parser.add_argument("--store", default=None, help="default: a fresh temporary file (nothing skipped)")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
     programs = [p for p in load(args.source, [args.trace]) if p.name == args.trace]
     specs = build_specs(args.source, programs, [args.policy], [args.runtime], parse_ratios(args.ratios),
-                        engine=args.engine)
+                        overhead_limit=args.overhead_limit, engine=args.engine)
     plan_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         store = args.store or str(Path(tmp) / "bench.duckdb")
         summary = run_sweep(specs, store, executor=args.executor, workers=args.workers,
-                            progress=sys.stderr.isatty(), report=False)
+                            timeout_s=args.timeout, progress=sys.stderr.isatty(), report=False)
         frame = results_dataframe(store)
     ran = frame[frame["key"].isin({s.key for s in specs})]
     per_run = ran["wall_s"].tolist()
@@ -56,7 +60,8 @@ def main() -> None:
           f"runtime {args.runtime}, {args.executor} executor, {workers} workers, "
           f"engine {','.join(sorted(set(ran['engine'].dropna())))}")
     print(f"outcomes: {ran['outcome'].value_counts().to_dict()}")
-    print(f"planning (load + baseline): {plan_s:.2f} s")
+    print(f"planning (load + baseline): {plan_s:.2f} s; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores at the end")
     print(f"sweep wall time: {summary.wall_s:.2f} s for {summary.ran} runs = {summary.runs_per_s:.1f} runs/s")
     if per_run:
         print(f"per run (inside a worker): median {statistics.median(per_run) * 1e3:.1f} ms, "
