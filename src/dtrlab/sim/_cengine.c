@@ -493,10 +493,16 @@ static void evict(St *S, i32 s, int by_policy) {
     if (S->regions_on) {
         const u64 *rfr = row(S->rev_fr, S, s);
         for (int w = 0; w < S->words; w++)
-            for (u64 d = rfr[w]; d; d &= d - 1) region_absorb(S, 1, (w << 6) + __builtin_ctzll(d), s);
+            for (u64 d = rfr[w]; d; d &= d - 1) {
+                i32 x = (w << 6) + __builtin_ctzll(d);
+                if (!S->pinned[x]) region_absorb(S, 1, x, s);
+            }
         const u64 *ffr = row(S->fwd_fr, S, s);
         for (int w = 0; w < S->words; w++)
-            for (u64 d = ffr[w]; d; d &= d - 1) region_absorb(S, 0, (w << 6) + __builtin_ctzll(d), s);
+            for (u64 d = ffr[w]; d; d &= d - 1) {
+                i32 x = (w << 6) + __builtin_ctzll(d);
+                if (!S->pinned[x]) region_absorb(S, 0, x, s);
+            }
         region_clear(S, 1, s);
         region_clear(S, 0, s);
     }
@@ -575,10 +581,18 @@ static void compute(St *S, i32 t, int remat) {
             const u64 *rf = row(S->rev_fr, S, rs[k]), *ff = row(S->fwd_fr, S, rs[k]);
             for (int w = 0; w < S->words; w++) { S->aff_fwd[w] |= rf[w]; S->aff_rev[w] |= ff[w]; }
         }
+        /* A pinned storage never enters the pool, is never evicted nor rematerialized: nothing
+         * reads its regions again, so they are left as they are (results cannot differ). */
         for (int w = 0; w < S->words; w++)
-            for (u64 d = S->aff_fwd[w]; d; d &= d - 1) region_rebuild(S, 1, (w << 6) + __builtin_ctzll(d));
+            for (u64 d = S->aff_fwd[w]; d; d &= d - 1) {
+                i32 x = (w << 6) + __builtin_ctzll(d);
+                if (!S->pinned[x]) region_rebuild(S, 1, x);
+            }
         for (int w = 0; w < S->words; w++)
-            for (u64 d = S->aff_rev[w]; d; d &= d - 1) region_rebuild(S, 0, (w << 6) + __builtin_ctzll(d));
+            for (u64 d = S->aff_rev[w]; d; d &= d - 1) {
+                i32 x = (w << 6) + __builtin_ctzll(d);
+                if (!S->pinned[x]) region_rebuild(S, 0, x);
+            }
     }
     if (S->eq_on) {
         for (i32 k = 0; k < nrs; k++) {
