@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-import pandas as pd
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -171,7 +170,7 @@ def refine_specs(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, 
         points = []
         for s in members:
             outcome, overhead = frame.loc[s.key, ["outcome", "overhead"]]
-            points.append(Point(s.ratio, outcome, None if pd.isna(overhead) else float(overhead)))
+            points.append(Point(s.ratio, outcome, None if overhead is None or overhead != overhead else float(overhead)))
         proto = members[0]
         program = programs[proto.trace_sha256]
         for ratio in refine(points, k, factor):

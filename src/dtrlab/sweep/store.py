@@ -9,15 +9,17 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import duckdb
-import pandas as pd
 
 from .. import __version__
 from ..errors import UsageError
 from ..sim.result import TIMEOUT, RunResult
 from .grid import RunSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_STORE = "dtrlab-results.duckdb"
 APP = "dtrlab-results"
@@ -165,6 +167,8 @@ class Store:
         """The runs table (or the rows of `keys`), one row per run, in export order."""
         if keys is None:
             return self._con.execute(_EXPORT_SQL).df()
+        import pandas as pd  # only when a frame is asked for: the CLI stays light
+
         wanted = pd.DataFrame({"key": list(keys)})
         self._con.register("_wanted", wanted)
         try:
