@@ -18,8 +18,10 @@ def invoke(*args):
 
 
 @needs_shared
-def test_scan_reports_the_resnet32_inversion():
-    res = invoke("scan", TRACES, "--trace", "resnet32", "--ratios", "0.090:0.120:0.001", "--json")
+def test_scan_reports_the_resnet32_inversion(tmp_path):
+    store = tmp_path / "scan.duckdb"
+    res = invoke("scan", TRACES, "--trace", "resnet32", "--ratios", "0.090:0.120:0.001", "--json",
+                 "--store", store)
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     runs = out["runs"]
@@ -31,11 +33,22 @@ def test_scan_reports_the_resnet32_inversion():
     assert len(out["inversions"]) == 1
     for s in out["regime_switches"]:
         assert s["factor"] > 2.0 and s["overhead_slow"] / s["overhead_fast"] == pytest.approx(s["factor"])
+    # the runs went through the store: a second scan reads them back and simulates nothing
+    from dtrlab.sweep.store import Store
+
+    with Store(store) as opened:
+        stamps = sorted(opened.rows()["created_at"])
+    again = invoke("scan", TRACES, "--trace", "resnet32", "--ratios", "0.090:0.120:0.001", "--json",
+                   "--store", store)
+    assert json.loads(again.output) == out
+    with Store(store) as opened:
+        assert sorted(opened.rows()["created_at"]) == stamps and len(stamps) == 31
 
 
 @needs_shared
-def test_scan_text_and_a_lower_factor():
-    res = invoke("scan", TRACES, "-t", "resnet32", "-r", "0.107,0.110,0.111", "--factor", "1.5")
+def test_scan_text_and_a_lower_factor(tmp_path):
+    res = invoke("scan", TRACES, "-t", "resnet32", "-r", "0.107,0.110,0.111", "--factor", "1.5",
+                 "--store", tmp_path / "s.duckdb")
     assert res.exit_code == 0, res.output
     assert "regime switches" in res.output and "0.111" in res.output
 
@@ -53,9 +66,9 @@ def test_explain_oom_shows_the_pinned_frontier():
 
 
 def test_user_mistakes_are_one_line(tmp_path):
-    res = invoke("scan", tmp_path / "missing", "--ratios", "0.1")
+    res = invoke("scan", tmp_path / "missing", "--ratios", "0.1", "--store", tmp_path / "s.duckdb")
     assert res.exit_code == 2 and res.output.strip().startswith("dtrlab:")
-    res = invoke("scan", tmp_path, "--ratios", "0.2:0.1:0.01")
+    res = invoke("scan", tmp_path, "--ratios", "0.2:0.1:0.01", "--store", tmp_path / "s.duckdb")
     assert res.exit_code == 2 and "stops before it starts" in res.output
     res = invoke("explain-oom", tmp_path, "--ratio", "0.1", "--budget-bytes", "5")
     assert res.exit_code == 2 and "exactly one" in res.output

@@ -81,19 +81,24 @@ def scan_cmd(
     factor: float = typer.Option(2.0, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    store: str = typer.Option("dtrlab-results.duckdb", "--store", metavar="FILE",
+                              help="Results store: runs already there are not simulated again."),
+    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Worker processes (default: one a core)."),
+    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
+                                                   help="Stop a run once its overhead passes X (outcome remat_limit)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", help="Per-run time limit in seconds."),
 ) -> None:
-    """Simulate each ratio, then report regime switches and feasibility inversions."""
+    """Simulate each ratio (through the results store), then report regime switches and inversions."""
     from .feasibility import inversions, overhead_inversions
     from .regimes import regimes, switches
-    from .scan import scan
+    from .scan import scan_stored
 
     if not factor > 1:
         raise UsageError(f"--factor must exceed 1, got {factor}")
     grid = _ratios(ratios)
     program = _load(source, trace, policy, runtime)
-    with _progress() as bar:
-        task = bar.add_task(f"{program.name} {policy}", total=len(grid))
-        runs = scan(program, grid, policy, runtime, advance=lambda: bar.advance(task))
+    runs = scan_stored(source, program, grid, policy, runtime, store=store, workers=workers,
+                       timeout_s=timeout, overhead_limit=overhead_limit, progress=not as_json)
     found = switches(runs, factor)
     inv = inversions(runs)
     oinv = overhead_inversions(runs)

@@ -58,3 +58,25 @@ def scan(program: Program, budgets: Iterable[Budget | float], policy: str = DEFA
         if advance is not None:
             advance()
     return by_budget(runs)
+
+
+def scan_stored(source: str, program: Program, ratios: Iterable[float], policy: str = DEFAULT_POLICY,
+                runtime: str = DEFAULT_RUNTIME, *, store: str = "dtrlab-results.duckdb",
+                executor: str = "local", workers: int | None = None, timeout_s: float | None = None,
+                overhead_limit: float | None = None, progress: bool = True) -> list[Run]:
+    """`scan` through the sweep store: runs already stored are read back, the rest run in
+    parallel and are stored as they finish (a scan run twice simulates nothing the second time)."""
+    from ..sweep.grid import build_specs
+    from ..sweep.run import run_sweep
+    from ..sweep.store import Store
+
+    specs = build_specs(str(source), [program], [policy], [runtime], list(ratios),
+                        overhead_limit=overhead_limit)
+    with Store(store) as opened:
+        run_sweep(specs, opened, executor, workers, timeout_s=timeout_s, progress=progress, report=False)
+        frame = opened.rows(s.key for s in specs)
+    runs = [Run(None if r.ratio != r.ratio else float(r.ratio), int(r.budget_bytes), r.outcome,
+                float("nan") if r.overhead != r.overhead else float(r.overhead), int(r.evictions),
+                int(r.distinct_evicted))
+            for r in frame.itertuples()]
+    return by_budget(runs)
