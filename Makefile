@@ -17,7 +17,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 demo: $(STAMP)
-	$(VENV)/bin/dtrlab trace info src/dtrlab/data/examples/tiny.jsonl
+	$(VENV)/bin/dtrlab reproduce --out demo-out
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

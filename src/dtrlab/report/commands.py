@@ -1,0 +1,51 @@
+"""The `dtrlab reproduce` command: the whole study into a report folder, with a table at the end.
+
+A thin typer layer over report.pipeline.reproduce.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def _claims_table(repro) -> Table:
+    table = Table(title="claims of the study", title_justify="left", show_lines=True)
+    table.add_column("claim", max_width=48)
+    table.add_column("kind")
+    table.add_column("dtrlab measured", max_width=60)
+    table.add_column("verdict")
+    styles = {"reproduced": "green", "differs": "red"}
+    for c in repro.claims:
+        table.add_row(f"({c.key}) {c.statement}", c.kind, c.measured,
+                      f"[{styles.get(c.verdict, 'dim')}]{c.verdict}[/]")
+    return table
+
+
+def reproduce_cmd(
+    source: Optional[str] = typer.Argument(None, help="A folder or logs.zip of the public DTR traces "
+                                                      "(default: the traces shipped with dtrlab)."),
+    out: str = typer.Option("dtrlab-report", "--out", "-o", metavar="DIR", help="The report folder."),
+    quick: bool = typer.Option(False, "--quick", help="A small version for CI (a few traces and budgets)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", metavar="N",
+                                          help="Worker processes (default: one a core)."),
+) -> None:
+    """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
+    from ..errors import UsageError
+    from .pipeline import reproduce
+
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    err = Console(file=sys.stderr)
+    repro = reproduce(source, out, quick=quick, workers=workers, console=err, progress=err.is_terminal)
+    console = Console(file=sys.stdout, highlight=False)
+    console.print(_claims_table(repro))
+    console.print(f"{len(repro.frame)} runs, {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reproduce")(reproduce_cmd)

@@ -1,0 +1,56 @@
+"""Rendering the report: report.html (one file, figures inline as base64 PNG) and summary.md.
+
+Owns the jinja2 environment and the values the templates read; the templates say the layout.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import math
+
+import jinja2
+
+from .. import __version__
+from .claims import DEMONSTRATED, HYPOTHESIS
+from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
+from .write import curve_rows, fmt_overhead, inversion_rows
+
+
+def _env(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dtrlab.report", "templates"),
+                             autoescape=autoescape, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["ratio"] = lambda x: "-" if x is None else f"{x:g}"
+    env.filters["factor"] = lambda x: "-" if x is None or not math.isfinite(x) else f"{x:.2f}x"
+    env.filters["overhead"] = fmt_overhead
+    env.filters["mib"] = lambda n: f"{n / 2**20:,.1f} MiB"
+    env.filters["count"] = lambda n: f"{n:,.0f}"
+    return env
+
+
+def _context(repro, figures: dict, timings: dict) -> dict:
+    claims = list(repro.claims)
+    f = repro.focus
+    return {
+        "repro": repro, "version": __version__, "runtime": RUNTIME, "subject": SUBJECT_POLICY,
+        "factor": SWITCH_FACTOR, "cap": repro.plan.overhead_cap or OVERHEAD_CAP,
+        "when": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "demonstrated": [c for c in claims if c.kind == DEMONSTRATED],
+        "hypotheses": [c for c in claims if c.kind == HYPOTHESIS],
+        "curves": curve_rows(repro), "inversions": inversion_rows(repro), "focus": f,
+        "figures": figures, "timings": timings, "runs": len(repro.frame),
+    }
+
+
+def _embed(figures: dict) -> dict:
+    return {name: dict(fig, data=base64.b64encode(fig["png"].read_bytes()).decode("ascii"))
+            for name, fig in figures.items()}
+
+
+def render_html(repro, figures: dict, timings: dict) -> str:
+    return _env(True).get_template("report.html.j2").render(**_context(repro, _embed(figures), timings))
+
+
+def render_markdown(repro, figures: dict, timings: dict) -> str:
+    return _env(False).get_template("summary.md.j2").render(**_context(repro, figures, timings))

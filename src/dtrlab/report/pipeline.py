@@ -1,0 +1,323 @@
+"""`dtrlab reproduce`: the whole study from traces to a report, every run through the sweep store.
+
+Owns the order of the stages (coarse curves, fine scans, analyses, claims, figures, files) and Reproduction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+
+from ..analysis.ablation import AblationRow
+from ..analysis.churn import Churn, compare_runs, storage_counts
+from ..analysis.divergence import Divergence, diverge
+from ..analysis.feasibility import inversions
+from ..analysis.oom import OomReport, report_of
+from ..analysis.regimes import Switch, switches
+from ..analysis.scan import Budget
+from ..errors import UsageError
+from ..sim.instruments import Instruments
+from ..sim.policies import ablation_policies
+from ..sim.result import OOM
+from ..sim.simulate import baseline, simulate
+from ..sweep.grid import RunSpec, build_specs, ratio_literal
+from ..sweep.run import refine_specs, run_sweep
+from ..sweep.store import Store, export
+from ..trace import load
+from ..trace.lower import Program
+from .findings import Curve, curves, largest_switch, runs_of
+from .memo import memo
+from .plan import FULL, QUICK, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+
+STORE_NAME = "dtrlab-results.duckdb"
+SHIPPED = "the traces shipped with dtrlab"
+
+
+@dataclass(frozen=True)
+class Focus:
+    """The largest switch of the subject policy, looked at closely: churn, histograms, divergence."""
+
+    trace: str
+    policy: str
+    switch: Switch
+    churn: Churn
+    per_storage_fast: np.ndarray  # all evictions (policy + eager) of each storage evicted at least once
+    per_storage_slow: np.ndarray
+    divergence: Divergence | None
+
+
+@dataclass(frozen=True)
+class OomCase:
+    """One infeasible budget explained; series: [clock_ns, bytes] rows of the run (figures only)."""
+
+    trace: str
+    policy: str
+    ratio: float | None
+    report: OomReport
+    series: np.ndarray | None
+    inversion: int  # index of the inversion of its curve it belongs to
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """The 16 ab-* policies over a window of budgets around the focus."""
+
+    trace: str
+    ratios: tuple[float, ...]
+    rows: tuple[AblationRow, ...]
+    curves: dict  # policy -> Curve over the window
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """Everything the report shows, computed from the store."""
+
+    source: str
+    plan: Plan
+    out_dir: Path
+    traces: tuple[dict, ...]  # name, sha256, peak_bytes, compute_ns, operators
+    frame: pd.DataFrame  # every run of this reproduction (store rows)
+    curves: dict  # (trace, policy) -> Curve
+    focus: Focus | None
+    ablation: Ablation | None
+    ooms: tuple[OomCase, ...]
+    skipped_ooms: tuple[str, ...]  # why some infeasible budgets were not explained
+    claims: tuple = ()
+    figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
+    timings: dict = field(default_factory=dict)  # stage -> seconds
+    wall_s: float = 0.0
+
+
+@contextlib.contextmanager
+def trace_source(source: str | None) -> Iterator[tuple[str, str]]:
+    """(path to load from, label for the report): SOURCE itself, or the traces inside dtrlab."""
+    if source is not None:
+        if not Path(source).exists():
+            raise UsageError(f"{source}: no such file or folder")
+        yield str(Path(source).resolve()), str(source)
+        return
+    with importlib.resources.as_file(importlib.resources.files("dtrlab") / "data" / "traces") as path:
+        yield str(path), SHIPPED
+
+
+def _programs(path: str, plan: Plan) -> list[Program]:
+    programs = load(path)
+    if plan.traces is not None:
+        programs = [p for p in programs if p.name in plan.traces]
+    if plan.max_trace_operators is not None:
+        programs = [p for p in programs if p.n_ops <= plan.max_trace_operators]
+    if not programs:
+        raise UsageError(f"{path}: none of its traces is in the {plan.name} plan")
+    return programs
+
+
+def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float, ...]:
+    """Fine-grid ratios (0.001 steps) from lo - half to hi + half, as exact decimal literals."""
+    step, half = Decimal("0.001"), Decimal(half_width)
+    lo = (ratio_literal(center_lo) - half).quantize(step)
+    hi = (ratio_literal(center_hi) + half).quantize(step)
+    lo = max(lo, step)
+    out, r = [], lo
+    while r <= hi:
+        out.append(float(str(r)))
+        r += step
+    return tuple(out)
+
+
+class _Stages:
+    """Rich output of the job: a numbered line per stage and the time each took."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console, self.total, self.k = console, total, 0
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        self.k += 1
+        self.console.rule(f"[bold]{self.k}/{self.total}[/bold] {name}", align="left")
+        t0 = time.perf_counter()
+        yield  # the sweeps inside draw their own progress bars (rich allows one live display)
+        self.timings[name] = time.perf_counter() - t0
+        self.console.print(f"  done in {self.timings[name]:.1f} s", style="dim")
+
+
+def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, progress: bool) -> None:
+    if specs:
+        run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False)
+
+
+def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
+              workers: int | None = None, console: Console | None = None, progress: bool = True) -> Reproduction:
+    """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir."""
+    from .claims import evaluate
+    from .write import write_all
+
+    plan = QUICK if quick else FULL
+    console = console or Console(stderr=True)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    stages = _Stages(console, 8)
+    with trace_source(source) as (path, label):
+        with stages.stage("reading traces"):
+            programs = _programs(path, plan)
+            by_sha = {p.sha256: p for p in programs}
+            by_name = {p.name: p for p in programs}
+            traces = tuple({"name": p.name, "sha256": p.sha256, "peak_bytes": baseline(p).peak_bytes,
+                            "compute_ns": baseline(p).compute_ns, "operators": p.n_ops} for p in programs)
+        store = Store(out / STORE_NAME)
+        try:
+            limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
+            with stages.stage(f"coarse curves: {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
+                specs = build_specs(path, programs, plan.policies, [RUNTIME], plan.coarse(), **limit)
+                _sweep(specs, store, plan, workers, progress)
+            with stages.stage("fine scans around every switch and failure (0.001 steps)"):
+                refinable = [s for s in specs if s.policy in plan.refine_policies and s.trace not in plan.refine_skip]
+                for _ in range(plan.refine_rounds):
+                    new = refine_specs(refinable, store, by_sha, 9, SWITCH_FACTOR)
+                    if not new:
+                        break
+                    _sweep(new, store, plan, workers, progress)
+                    refinable += new
+                    specs += new
+                for program in programs:
+                    window = plan.window(program.name)
+                    if window:
+                        new = build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], window, **limit)
+                        _sweep(new, store, plan, workers, progress)
+                        specs += new
+            frame = store.rows(s.key for s in specs)
+            found = curves(frame, SWITCH_FACTOR)
+
+            focus_switch = largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only)
+            focus = None
+            with stages.stage("churn and first divergence of the largest switch"):
+                if focus_switch is not None:
+                    focus = _focus(out, by_name[focus_switch[0]], focus_switch[1])
+            ablation = None
+            with stages.stage("ablation table (16 ab-* policies)"):
+                center = _ablation_center(found, focus_switch)
+                if center is not None:
+                    trace, lo, hi = center
+                    # Around both ends: a switch or inversion across a coarse gap is no 100-budget window.
+                    ratios = tuple(sorted(set(_window(lo, lo, plan.ablation_half_width)
+                                              + _window(hi, hi, plan.ablation_half_width))))
+                    names = [p.name for p in ablation_policies()]
+                    new = build_specs(path, [by_name[trace]], names, [RUNTIME], ratios, **limit)
+                    _sweep(new, store, plan, workers, progress)
+                    ab_frame = store.rows(s.key for s in new)
+                    frame = pd.concat([frame, ab_frame], ignore_index=True)
+                    ablation = _ablation(trace, ratios, ab_frame)
+            with stages.stage("explaining every inversion's out-of-memory"):
+                ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
+        finally:
+            store.close()
+
+        repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped)
+        with stages.stage("claims of the study"):
+            claims = evaluate(repro)
+        with stages.stage("figures, report.html, summary.md, results.parquet"):
+            repro = Reproduction(**{**repro.__dict__, "claims": tuple(claims)})
+            export(out / STORE_NAME, "parquet", out / "results.parquet")
+            figures = write_all(repro, stages.timings)
+    return Reproduction(**{**repro.__dict__, "figures": figures, "timings": dict(stages.timings),
+                           "wall_s": time.perf_counter() - t_start})
+
+
+# --- the analyses ---------------------------------------------------------------------------
+
+
+def _ablation_center(found: dict, focus_switch) -> tuple[str, float, float] | None:
+    """Where the ablation looks: the largest switch, else the subject policy's first inversion."""
+    if focus_switch is not None:
+        t, s = focus_switch
+        return t, min(s.lo.ratio, s.hi.ratio), max(s.lo.ratio, s.hi.ratio)
+    for (t, p), curve in found.items():
+        if p == SUBJECT_POLICY and curve.inversions:
+            inv = curve.inversions[0]
+            return t, inv.last_feasible.ratio, inv.next_feasible.ratio
+    return None
+
+
+def _ablation(trace: str, ratios: tuple[float, ...], frame: pd.DataFrame) -> Ablation:
+    rows, per_policy = [], {}
+    for policy in [p.name for p in ablation_policies()]:
+        runs = runs_of(frame[frame["policy"] == policy])
+        per_policy[policy] = Curve(trace, policy, runs, SWITCH_FACTOR)
+        sw, inv = switches(runs, SWITCH_FACTOR), inversions(runs)
+        ok = [r for r in runs if r.feasible]
+        rows.append(AblationRow(policy, len(runs), len(ok), min((r.ratio for r in ok), default=None), len(sw),
+                                max((s.factor for s in sw), default=None), len(inv),
+                                sum(len(i.infeasible) for i in inv)))
+    return Ablation(trace, ratios, tuple(rows), per_policy)
+
+
+def _evictions_per_storage(arrays: dict) -> np.ndarray:
+    every = arrays["policy_evictions"] + arrays["eager_evictions"]
+    return every[every > 0]
+
+
+def _focus(out: Path, program: Program, sw: Switch) -> Focus:
+    fast, slow = sw.fast, sw.slow
+    a, b = Budget(fast.ratio, fast.budget_bytes), Budget(slow.ratio, slow.budget_bytes)
+    key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
+
+    def churn_and_histograms():
+        churn = compare_runs(program, a, b, SUBJECT_POLICY, RUNTIME)
+        _, xa = storage_counts(program, a.budget_bytes, SUBJECT_POLICY, RUNTIME)
+        _, xb = storage_counts(program, b.budget_bytes, SUBJECT_POLICY, RUNTIME)
+        return churn, _evictions_per_storage(xa), _evictions_per_storage(xb)
+
+    churn, h_fast, h_slow = memo(out, "churn", key, churn_and_histograms)
+    try:
+        divergence = memo(out, "divergence", key, lambda: diverge(program, a, b, SUBJECT_POLICY, RUNTIME))
+    except UsageError:  # no compiled engine: the divergence needs its eviction log
+        divergence = None
+    return Focus(program.name, SUBJECT_POLICY, sw, churn, h_fast, h_slow, divergence)
+
+
+def _explain(program: Program, budget_bytes: int, policy: str) -> tuple[OomReport, np.ndarray]:
+    res = simulate(program, budget_bytes, policy, RUNTIME, seed=SEED,
+                   instruments=Instruments(per_storage=False, memory_series=True, oom_snapshot=True))
+    if res.outcome != OOM:  # cannot happen for a stored oom; a bug if it does
+        raise RuntimeError(f"{program.name} {policy} at {budget_bytes} B: outcome {res.outcome}, expected oom")
+    return report_of(program, res.observations.oom, res.policy, res.runtime), res.observations.memory_series
+
+
+def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFrame,
+                        plan: Plan) -> tuple[tuple[OomCase, ...], tuple[str, ...]]:
+    """One OOM per inversion (every one of the subject policy's), the subject policy first,
+    within the plan's count and per-run time limits."""
+    wall = {(r.trace, r.policy, int(r.budget_bytes)): float(r.wall_s) for r in frame.itertuples(index=False)}
+    todo = []
+    order = sorted(found.items(), key=lambda kv: (kv[0][1] != SUBJECT_POLICY, kv[0]))
+    for (trace, policy), curve in order:
+        for k, inv in enumerate(curve.inversions):
+            ooms = [r for r in inv.infeasible if r.outcome == OOM]
+            todo += [(trace, policy, k, r) for r in (ooms if policy == SUBJECT_POLICY else ooms[:1])]
+    cases, skipped = [], []
+    for trace, policy, k, run in todo:
+        what = f"{trace} {policy} at ratio {run.label}"
+        if len(cases) >= plan.max_oom_explanations:
+            skipped.append(f"{what}: past the plan's {plan.max_oom_explanations} explanations")
+            continue
+        if wall.get((trace, policy, run.budget_bytes), 0.0) > plan.max_explain_wall_s:
+            skipped.append(f"{what}: its compiled run took {wall[(trace, policy, run.budget_bytes)]:.1f} s, "
+                           "too long to replay on the Python engine")
+            continue
+        program = by_name[trace]
+        key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": policy, "seed": SEED}
+        report, series = memo(out, "oom", key, lambda: _explain(program, run.budget_bytes, policy))
+        cases.append(OomCase(trace, policy, run.ratio, report, series, k))
+    return tuple(cases), tuple(skipped)

@@ -1,0 +1,89 @@
+"""What `dtrlab reproduce` runs: policies, budget grids, study windows, and the --quick cut of them.
+
+Owns Plan (a frozen value) and the two plans, full and quick; nothing here simulates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..sweep.grid import parse_ratios
+
+# The DTR paper's budget curve: every policy it compares, at ratios 0.1, 0.2, ..., 1.0.
+PAPER_POLICIES = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "random")
+COARSE_RATIOS = "0.1:1.0:0.1"
+# The policy whose fine curves the study's claims are about (the paper's DTR heuristic).
+SUBJECT_POLICY = "dtr"
+RUNTIME = "eager-optimized"
+SEED = 0
+# A switch is two neighbouring feasible budgets whose overheads differ by more than this.
+SWITCH_FACTOR = 2.0
+# Runs recomputing more than (cap - 1) x the baseline are stopped as remat_limit: some baselines
+# (lru, size on the LSTM) thrash for minutes per budget otherwise. The study's overheads are far below.
+OVERHEAD_CAP = 20.0
+FINE_STEP = "0.001"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One reproduction's scope. windows: trace name -> a ratio spec scanned finely with the
+    subject policy (the study's claims name these windows)."""
+
+    name: str
+    traces: tuple[str, ...] | None  # None: every trace in the source
+    policies: tuple[str, ...]
+    coarse_ratios: str
+    windows: dict = field(default_factory=dict)
+    refine_rounds: int = 2  # 0.1 -> 0.01 -> 0.001 around every switch and failure of the coarse curves
+    refine_policies: tuple[str, ...] = PAPER_POLICIES
+    refine_skip: tuple[str, ...] = ()
+    ablation_half_width: str = "0.005"  # the ablation window: this far either side of the switch
+    timeout_s: float = 120.0  # per run: a safety net; the overhead cap bounds almost every run
+    max_oom_explanations: int = 24
+    # An OOM is explained on the Python engine (~50x slower): skip runs whose compiled run took longer.
+    max_explain_wall_s: float = 0.5
+    max_trace_operators: int | None = None  # leave out larger traces (quick runs)
+    # Look closely only at switches between neighbouring fine budgets; a coarse switch's window
+    # of ablations can be hundreds of runs (quick runs have fine scans on resnet32 only).
+    focus_fine_only: bool = False
+    overhead_cap: float = OVERHEAD_CAP
+
+    def coarse(self) -> tuple[float, ...]:
+        return parse_ratios(self.coarse_ratios)
+
+    def window(self, trace: str) -> tuple[float, ...]:
+        spec = self.windows.get(trace)
+        return parse_ratios(spec) if spec else ()
+
+
+FULL = Plan(
+    name="full",
+    traces=None,
+    policies=PAPER_POLICIES,
+    coarse_ratios=COARSE_RATIOS,
+    # The LSTM's switches between 0.26 and 0.34 at 0.1 % steps, and the ResNet-32 inversion's window.
+    # The whole LSTM curve at 0.1 % steps is not affordable on a laptop: between 0.18 and 0.33 a
+    # run takes 5-200 s (it thrashes), so the full plan scans the stretch the claims are about.
+    windows={"lstm": "0.26:0.34:0.001", "resnet32": "0.090:0.120:0.001"},
+    refine_policies=(SUBJECT_POLICY,),
+    refine_skip=("lstm",),  # its window covers what refinement would find, at a known cost
+    timeout_s=60.0,
+    ablation_half_width="0.003",
+)
+
+# CI: three small traces and the cheaper policies; the study's windows cut to their interesting part.
+QUICK = Plan(
+    name="quick",
+    traces=("resnet32", "unet", "lstm"),
+    policies=("dtr", "msps", "lru"),
+    # The public LSTM runs 1-10 s a budget: too slow for CI; its captured namesake is small.
+    max_trace_operators=5_000,
+    coarse_ratios="0.1:1.0:0.1",
+    windows={"resnet32": "0.099:0.109:0.001"},
+    refine_rounds=0,
+    refine_policies=(),
+    ablation_half_width="0.002",
+    focus_fine_only=True,
+    timeout_s=20.0,
+    max_oom_explanations=6,
+)

@@ -1,0 +1,152 @@
+"""The report's figures (matplotlib, Agg): overhead curves, feasibility strips, eviction histograms,
+memory near an OOM, the ablation heatmap. Each function draws one figure and returns it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display, ever: the report is written on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from ..sim.result import OK, OOM, REMAT_LIMIT  # noqa: E402
+
+OUTCOME_COLOURS = {OK: "#4c9f70", OOM: "#c0392b", REMAT_LIMIT: "#e67e22"}
+REGIME_COLOURS = {"fast": "#d6eaf8", "slow": "#fadbd8", "mixed": "#fcf3cf", "only": "#eeeeee"}
+POLICY_COLOURS = {"dtr": "#1f77b4", "dtr-eq": "#17becf", "dtr-local": "#9467bd", "msps": "#2ca02c",
+                  "lru": "#ff7f0e", "size": "#8c564b", "random": "#7f7f7f"}
+
+
+def save(fig, folder: Path, name: str) -> tuple[Path, Path]:
+    """Write name.png and name.svg; close the figure."""
+    folder.mkdir(parents=True, exist_ok=True)
+    png, svg = folder / f"{name}.png", folder / f"{name}.svg"
+    fig.savefig(png, dpi=110, bbox_inches="tight")
+    fig.savefig(svg, bbox_inches="tight")
+    plt.close(fig)
+    return png, svg
+
+
+def overhead_curves(trace: str, curves: dict, subject: str, cap: float):
+    """Overhead against ratio for every policy of one trace; the subject's regimes shaded,
+    infeasible budgets marked under the curves."""
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    for regime in curves[subject].regimes if subject in curves else []:
+        if regime.label in ("fast", "slow"):
+            ax.axvspan(regime.first.ratio - 0.0005, regime.last.ratio + 0.0005,
+                       color=REGIME_COLOURS[regime.label], zorder=0, lw=0)
+    floor = None
+    feasible = [r.overhead for c in curves.values() for r in c.runs if r.feasible and math.isfinite(r.overhead)]
+    floor = min(feasible) / 1.15 if feasible else 0.9
+    for k, (policy, curve) in enumerate(sorted(curves.items())):
+        colour = POLICY_COLOURS.get(policy, f"C{k}")
+        ok = [r for r in curve.runs if r.feasible and r.ratio is not None]
+        ax.plot([r.ratio for r in ok], [r.overhead for r in ok], "-", color=colour, lw=1.3 if policy == subject else 1,
+                marker="." if len(ok) < 40 else None, ms=4, label=policy, zorder=3 if policy == subject else 2)
+        bad = [r for r in curve.runs if r.infeasible and r.ratio is not None]
+        if bad:
+            ax.plot([r.ratio for r in bad], [floor * (0.97 ** k)] * len(bad), "x", color=colour, ms=5, mew=1.2, zorder=4)
+    ax.set_yscale("log")
+    ax.set_xlabel("memory budget (ratio of the unconstrained peak)")
+    ax.set_ylabel("overhead (runtime / baseline compute, log)")
+    ax.set_title(f"{trace}: overhead against budget, all policies ({subject} regimes shaded)")
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [Patch(color=REGIME_COLOURS["fast"], label=f"{subject} fast regime"),
+                Patch(color=REGIME_COLOURS["slow"], label=f"{subject} slow regime"),
+                plt.Line2D([], [], ls="", marker="x", color="k", label=f"infeasible (OOM, or overhead > {cap:g})")]
+    ax.legend(handles=handles, fontsize=8, ncol=2, loc="upper right")
+    ax.grid(True, which="both", alpha=0.25)
+    return fig
+
+
+def feasibility_strip(rows: list[tuple[str, list]], policy: str):
+    """One strip per trace over its fine grid: each budget coloured by outcome."""
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 0.9 + 0.75 * len(rows)), squeeze=False)
+    for ax, (trace, runs) in zip(axes[:, 0], rows):
+        ratios = np.array([r.ratio for r in runs])
+        step = np.min(np.diff(ratios)) if len(ratios) > 1 else 0.001
+        for r in runs:
+            ax.axvspan(r.ratio - step / 2, r.ratio + step / 2, color=OUTCOME_COLOURS.get(r.outcome, "#cccccc"), lw=0)
+        ax.set_xlim(ratios.min() - step / 2, ratios.max() + step / 2)
+        ax.set_yticks([])
+        ax.set_ylabel(trace, rotation=0, ha="right", va="center")
+    axes[-1, 0].set_xlabel("memory budget (ratio of the unconstrained peak), fine grid")
+    axes[0, 0].set_title(f"Feasibility over the fine grid ({policy})")
+    fig.legend(handles=[Patch(color=c, label=o) for o, c in OUTCOME_COLOURS.items()], loc="lower right",
+               ncol=3, fontsize=8, bbox_to_anchor=(1.0, 1.0 - 0.02))
+    fig.tight_layout()
+    return fig
+
+
+def eviction_histograms(trace: str, policy: str, fast: tuple[float, np.ndarray], slow: tuple[float, np.ndarray]):
+    """Evictions per evicted storage in the fast and the slow run of a switch."""
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    top = int(max(fast[1].max(initial=1), slow[1].max(initial=1)))
+    bins = np.arange(0.5, top + 1.5, 1) if top <= 60 else np.unique(np.geomspace(1, top + 1, 40).round()) - 0.5
+    for (ratio, counts), colour, name in ((fast, "#1f77b4", "fast"), (slow, "#c0392b", "slow")):
+        ax.hist(counts, bins=bins, alpha=0.55, color=colour,
+                label=f"{name}: ratio {ratio:g}, {len(counts):,} storages, mean {counts.mean() if len(counts) else 0:.2f}")
+    ax.set_yscale("log")
+    ax.set_xlabel("evictions of a storage (policy + eager), among storages evicted at least once")
+    ax.set_ylabel("storages (log)")
+    ax.set_title(f"{trace} / {policy}: evictions per evicted storage, fast vs slow run")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.25)
+    return fig
+
+
+def memory_near_oom(trace: str, policy: str, ratio, series: np.ndarray, budget_bytes: int, pinned_bytes: int,
+                    frontier_bytes: int, tail: int = 600):
+    """Memory over the last `tail` changes before an OOM, with the budget and what stayed pinned."""
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    part = series[-tail:] if len(series) else np.zeros((1, 2), np.int64)
+    mib = 2.0 ** 20
+    ax.step(part[:, 0] / 1e6, part[:, 1] / mib, where="post", color="#1f77b4", lw=1, label="resident memory")
+    ax.axhline(budget_bytes / mib, color="#c0392b", ls="--", lw=1.2, label=f"budget ({budget_bytes / mib:,.0f} MiB)")
+    ax.axhline(pinned_bytes / mib, color="#7f7f7f", ls=":", lw=1.2, label=f"pinned at the OOM ({pinned_bytes / mib:,.0f} MiB)")
+    ax.axhline(frontier_bytes / mib, color="#8e44ad", ls="-.", lw=1.2,
+               label=f"pinned + locked at the OOM ({frontier_bytes / mib:,.0f} MiB)")
+    ax.set_xlabel("simulated time (ms)")
+    ax.set_ylabel("memory (MiB)")
+    label = f"ratio {ratio:g}" if ratio is not None else f"{budget_bytes:,} B"
+    ax.set_title(f"{trace} / {policy} at {label}: memory before the OOM")
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(True, alpha=0.25)
+    return fig
+
+
+def ablation_heatmap(trace: str, ratios: tuple[float, ...], curves: dict):
+    """Variant x budget, colour = overhead (log), hatched = out of memory."""
+    names = list(curves)
+    grid = np.full((len(names), len(ratios)), np.nan)
+    outcome = np.full((len(names), len(ratios)), "", dtype=object)
+    col = {r: j for j, r in enumerate(ratios)}
+    for i, name in enumerate(names):
+        for run in curves[name].runs:
+            j = col.get(run.ratio)
+            if j is None:
+                continue
+            outcome[i, j] = run.outcome
+            if run.feasible:
+                grid[i, j] = run.overhead
+    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(ratios) + 3), 0.38 * len(names) + 1.8))
+    finite = grid[np.isfinite(grid)]
+    norm = LogNorm(vmin=max(finite.min(), 1.0), vmax=max(finite.max(), 1.01)) if finite.size else None
+    image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap="viridis", norm=norm)
+    for i in range(len(names)):
+        for j in range(len(ratios)):
+            if outcome[i, j] in (OOM, REMAT_LIMIT):
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="xxx" if outcome[i, j] == OOM
+                                           else "///", edgecolor=OUTCOME_COLOURS[outcome[i, j]], lw=0))
+    ax.set_xticks(range(len(ratios)), [f"{r:g}" for r in ratios], rotation=60, fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xlabel("memory budget (ratio of the unconstrained peak)")
+    ax.set_title(f"{trace}: ablations of the DTR score (x hatch: OOM, / hatch: overhead cap)")
+    fig.colorbar(image, ax=ax, label="overhead (log)")
+    fig.tight_layout()
+    return fig
