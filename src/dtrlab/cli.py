@@ -269,10 +269,11 @@ def simulate(
 @app.command()
 def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
     """The registered eviction policies, with the reference simulator's names for them."""
+    from .sim.cengine import compiled_policy
     from .sim.policies import POLICIES
 
     rows = [{"name": p.name, "reference": p.reference, "needs": sorted(p.needs),
-             "compiled": p.code >= 0, "description": p.description} for p in POLICIES.values()]
+             "compiled": compiled_policy(p), "description": p.description} for p in POLICIES.values()]
     if as_json:
         _json(rows)
         return

@@ -147,17 +147,11 @@ def explain_oom_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Why a run runs out of memory: the pending stack and what holds each resident byte."""
-    from ..sim.simulate import budget_from_ratio, parse_ratio
     from .oom import explain_oom, format_oom
 
-    if (ratio is None) == (budget_bytes is None):
-        raise UsageError("give exactly one of --ratio and --budget-bytes")
-    if ratio is not None:
-        parse_ratio(ratio)
-    if budget_bytes is not None and budget_bytes < 0:
-        raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
+    _check_one_budget(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
-    budget = budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
+    budget = _one_budget(program, ratio, budget_bytes)
     report = explain_oom(program, budget, policy, runtime)
     if as_json:
         d = report.to_dict()
@@ -165,6 +159,54 @@ def explain_oom_cmd(
         _json(d)
         return
     typer.echo(format_oom(report))
+
+
+def _check_one_budget(ratio: Optional[float], budget_bytes: Optional[int]) -> None:
+    from ..sim.simulate import parse_ratio
+
+    if (ratio is None) == (budget_bytes is None):
+        raise UsageError("give exactly one of --ratio and --budget-bytes")
+    if ratio is not None:
+        parse_ratio(ratio)
+    if budget_bytes is not None and budget_bytes < 0:
+        raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
+
+
+def _one_budget(program, ratio: Optional[float], budget_bytes: Optional[int]) -> int:
+    from ..sim.simulate import budget_from_ratio
+
+    return budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
+
+
+# --- e* drift --------------------------------------------------------------------------------------
+
+
+def estar_drift_cmd(
+    source: str = typer.Argument(..., help=SOURCE_HELP),
+    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak."),
+    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
+    policy: str = typer.Option("dtr", "--policy", "-p", help="A policy that reads e* (dtr, msps, ab-e-*)."),
+    runtime: str = typer.Option("eager-optimized", "--runtime", help="An optimized runtime."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """How often the reference's incremental e* differs from a fresh traversal in one run."""
+    from .estar import neighbourhood_drift
+
+    _check_one_budget(ratio, budget_bytes)
+    program = _load(source, trace, policy, runtime)
+    drift = neighbourhood_drift(program, _one_budget(program, ratio, budget_bytes), policy, runtime)
+    if as_json:
+        _json({"trace": program.name, "policy": policy, "runtime": runtime, "ratio": ratio, **drift.to_dict()})
+        return
+    typer.echo(f"{program.name}: {policy} / {runtime} ({drift.outcome}): {drift.differing:,} of "
+               f"{drift.evaluations:,} scores ({100 * drift.fraction:.2f}%) read an incremental e* "
+               f"that a fresh traversal disagrees with ({drift.lower:,} lower, {drift.higher:,} higher)")
+    if drift.first is not None:
+        f = drift.first
+        typer.echo(f"first at clock {f.clock_ns:,} ns on {f.storage}: incremental forward/reverse "
+                   f"{f.incremental_forward_ns:,}/{f.incremental_reverse_ns:,} ns, fresh "
+                   f"{f.fresh_forward_ns:,}/{f.fresh_reverse_ns:,} ns")
 
 
 # --- two budgets: compare, diverge, bisect -------------------------------------------------------
@@ -341,3 +383,4 @@ def register(app: typer.Typer) -> None:
     app.command("diverge")(diverge_cmd)
     app.command("bisect")(bisect_cmd)
     app.command("ablate")(ablate_cmd)
+    app.command("estar-drift")(estar_drift_cmd)

@@ -408,9 +408,10 @@ static double score(St *S, i32 s) {
     case NUM_EQ: num = S->s_compute[s] + eq_class_cost(S, s); break;
     case NUM_LOCAL: num = S->s_compute[s]; break;
     case NUM_FRESH: {
-        i64 c;
-        fresh_neighborhood(S, s, &c, &la);
+        i64 c, latest;
+        fresh_neighborhood(S, s, &c, &latest);
         num = S->s_compute[s] + c;
+        if (S->den_stale == 2) la = latest; /* staleness of the neighbourhood's newest member */
         break;
     }
     default: num = 1;

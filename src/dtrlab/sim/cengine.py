@@ -27,7 +27,8 @@ _SHAPES = {
     "dtr": (NUM_E, 1, 1, SPECIAL_SCORE),
     "dtr-eq": (NUM_EQ, 1, 1, SPECIAL_SCORE),
     "dtr-local": (NUM_LOCAL, 1, 1, SPECIAL_SCORE),
-    "dtr-unopt": (NUM_FRESH, 1, 1, SPECIAL_SCORE),
+    "dtr-unopt": (NUM_FRESH, 1, 2, SPECIAL_SCORE),
+    "dtr-fresh": (NUM_FRESH, 1, 1, SPECIAL_SCORE),
     "msps": (NUM_ANCESTORS, 1, 0, SPECIAL_SCORE),
     "lru": (NUM_ONE, 0, 0, SPECIAL_LRU),
     "size": (NUM_ONE, 1, 0, SPECIAL_SCORE),
@@ -41,8 +42,13 @@ for _cost, _num in (("e", NUM_E), ("eq", NUM_EQ), ("local", NUM_LOCAL), ("none",
             _SHAPES[_name] = (_num, _size, _stale, _special)
 
 
+def compiled_policy(policy: Policy) -> bool:
+    """Whether the compiled engine knows this policy (every built-in one, when it is built)."""
+    return _cengine is not None and policy.builtin and policy.name in _SHAPES
+
+
 def supports(policy: Policy, runtime: Runtime, program: Program) -> bool:
-    return (_cengine is not None and policy.builtin and policy.name in _SHAPES and not runtime.banishing
+    return (compiled_policy(policy) and not runtime.banishing
             and int(program.op_n_out.max(initial=0)) <= MAX_OUTPUTS)
 
 

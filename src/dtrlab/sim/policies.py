@@ -58,7 +58,6 @@ class Policy:
     score: Score | None  # None: random choice
     needs: frozenset[str] = frozenset()
     reference: str | None = None  # the reference simulator's class name
-    code: int = -1  # the compiled engine's number for it; -1: Python engine only
     description: str = ""
     builtin: bool = False
 
@@ -87,6 +86,10 @@ def _dtr_local(f):
 
 def _dtr_unopt(f):
     return _q(f.compute_ns + f.fresh_neighborhood_ns, f.size_bytes * f.fresh_staleness_ns)
+
+
+def _dtr_fresh(f):
+    return _q(f.compute_ns + f.fresh_neighborhood_ns, f.size_bytes * f.staleness_ns)
 
 
 def _msps(f):  # compute over size, counting only the evicted ancestors (reverse e*)
@@ -128,7 +131,7 @@ _ALIASES: dict[str, str] = {}
 
 
 def register_policy(name: str, score: Score | None, needs: frozenset[str] | set[str] = frozenset(),
-                    *, reference: str | None = None, description: str = "", code: int = -1,
+                    *, reference: str | None = None, description: str = "",
                     builtin: bool = False, replace: bool = False) -> Policy:
     """Add a policy to the registry; `dtrlab simulate --policy NAME` and sweeps can then use it.
 
@@ -142,7 +145,7 @@ def register_policy(name: str, score: Score | None, needs: frozenset[str] | set[
     unknown = set(needs) - {NEIGHBORHOOD, EQ_CLASS, FRESH_NEIGHBORHOOD}
     if unknown:
         raise UsageError(f"policy {name!r} needs unknown features {sorted(unknown)}")
-    policy = Policy(key, score, frozenset(needs), reference, code, description, builtin)
+    policy = Policy(key, score, frozenset(needs), reference, description, builtin)
     POLICIES[key] = policy
     if reference:
         _ALIASES[reference.lower()] = key
@@ -150,7 +153,6 @@ def register_policy(name: str, score: Score | None, needs: frozenset[str] | set[
 
 
 def _register_builtins() -> None:
-    code = iter(range(100))
     base = [
         ("dtr", _dtr, {NEIGHBORHOOD}, "DTR", "e* cost / (size x staleness): the DTR heuristic"),
         ("dtr-eq", _dtr_eq, {EQ_CLASS}, "DTREqClass", "equivalence-class cost / (size x staleness)"),
@@ -158,13 +160,15 @@ def _register_builtins() -> None:
         ("dtr-unopt", _dtr_unopt, {FRESH_NEIGHBORHOOD}, "DTRUnopt",
          "e* by a fresh traversal each time / (size x neighbourhood staleness)"),
         ("msps", _msps, {NEIGHBORHOOD}, "MSPS", "cost with evicted ancestors / size"),
+        ("dtr-fresh", _dtr_fresh, {FRESH_NEIGHBORHOOD}, None,
+         "DTR with e* by a fresh traversal each time (not the reference's incremental upkeep)"),
         ("lru", _lru, set(), "LRU", "least recently used"),
         ("size", _size, set(), "LargestStorage", "largest storage first"),
     ]
     for name, score, needs, ref, desc in base:
-        register_policy(name, score, needs, reference=ref, description=desc, code=next(code), builtin=True)
+        register_policy(name, score, needs, reference=ref, description=desc, builtin=True)
     register_policy("random", None, reference="RandomStorage", description="uniform over the pool (seeded)",
-                    code=next(code), builtin=True)
+                    builtin=True)
     # The sixteen ablations: cost term x size term x staleness term.
     ref_cost = {"e": "E", "eq": "Eq", "local": "Local", "none": ""}
     for cost in ("e", "eq", "local", "none"):
@@ -179,10 +183,10 @@ def _register_builtins() -> None:
                 desc = f"ablation: {label}, {'size' if size else 'no size'}, {'staleness' if stale else 'no staleness'}"
                 if cost == "none" and not size and not stale:
                     register_policy(name, None, reference=ref, description=desc + " (random)",
-                                    code=next(code), builtin=True)
+                                    builtin=True)
                 else:
                     register_policy(name, _ablation(cost, size, stale), {need} if need else set(),
-                                    reference=ref, description=desc, code=next(code), builtin=True)
+                                    reference=ref, description=desc, builtin=True)
 
 
 _register_builtins()

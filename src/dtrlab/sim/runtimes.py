@@ -16,7 +16,6 @@ class Runtime:
     eager: bool  # free a storage when its last external reference is released
     optimized: bool  # maintain e* regions and equivalence classes incrementally
     banishing: bool  # the reference's RuntimeV1: free and detach storages for good
-    code: int  # for the compiled engine
 
     @property
     def features(self) -> frozenset[str]:
@@ -26,11 +25,11 @@ class Runtime:
 RUNTIMES: dict[str, Runtime] = {
     r.name: r
     for r in (
-        Runtime("eager-optimized", "RuntimeV2EagerOptimized", True, True, False, 0),
-        Runtime("optimized", "RuntimeV2Optimized", False, True, False, 1),
-        Runtime("eager", "RuntimeV2Eager", True, False, False, 2),
-        Runtime("lazy", "RuntimeV2", False, False, False, 3),
-        Runtime("banishing", "RuntimeV1", False, False, True, 4),
+        Runtime("eager-optimized", "RuntimeV2EagerOptimized", True, True, False),
+        Runtime("optimized", "RuntimeV2Optimized", False, True, False),
+        Runtime("eager", "RuntimeV2Eager", True, False, False),
+        Runtime("lazy", "RuntimeV2", False, False, False),
+        Runtime("banishing", "RuntimeV1", False, False, True),
     )
 }
 _ALIASES = {r.reference.lower(): r for r in RUNTIMES.values()}
