@@ -151,6 +151,9 @@ typedef struct {
     i64 *fwd_c, *rev_c;
     unsigned char *fwd_dirty, *rev_dirty;
     u64 *aff_fwd, *aff_rev;
+    i32 *aff_list, *aff_rev_list, *touched;
+    u64 *lab, *delta; /* per storage: the bases of a group that reach it, not yet expanded */
+    u64 *pending;     /* storages waiting to be expanded (a bitset) */
     i32 *dfs;
     /* equivalence classes */
     i32 *ecn;
@@ -230,36 +233,84 @@ static void region_clear(St *S, int forward, i32 s) {
     (forward ? S->fwd_c : S->rev_c)[s] = 0;
 }
 
-/* Evicted storages reachable from `base` through evicted storages, and the material edge. */
-static void region_rebuild(St *S, int forward, i32 base) {
+/* Rebuild the regions of up to 64 material bases in one direction at once. Each evicted storage
+ * is labelled with the bases that reach it; storages are taken in creation order (edges mostly run
+ * from older to newer storages), so a storage is usually expanded once for all the bases that
+ * reach it. The sets are exactly those of one traversal per base. */
+static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     const Prog *p = S->p;
-    region_clear(S, forward, base);
-    u64 *in = row(forward ? S->fwd_in : S->rev_in, S, base);
-    u64 *fr = row(forward ? S->fwd_fr : S->rev_fr, S, base);
     const i32 *ptr = forward ? p->f_ptr : p->r_ptr, *list = forward ? p->f_list : p->r_list;
     const i32 *birth = forward ? p->f_birth : p->r_birth;
-    i64 compute = 0;
-    int dirty = 0;
-    i32 top = 0;
-    S->dfs[top++] = base;
-    while (top) {
-        i32 s = S->dfs[--top];
-        for (i32 k = ptr[s], end = ptr[s + 1]; k < end && birth[k] < S->ops_created; k++) {
-            i32 us = list[k];
-            if (S->material[us]) {
-                if (us != base) { bset(fr, us); dirty = 1; }
-                continue;
-            }
-            if (!bget(in, us)) {
-                compute += S->s_compute[us];
-                bset(in, us);
-                dirty = 1;
-                S->dfs[top++] = us;
+    u64 *in_base = forward ? S->fwd_in : S->rev_in, *fr_base = forward ? S->fwd_fr : S->rev_fr;
+    i64 *comp = forward ? S->fwd_c : S->rev_c;
+    unsigned char *dirty = forward ? S->fwd_dirty : S->rev_dirty;
+    u64 *pend = S->pending;
+    const i32 ops = S->ops_created, words = S->words;
+    i32 ntouched = 0;
+    int lo = words, hi = -1; /* pending words span */
+#define PUSH(y, bits)                                                                      \
+    do {                                                                                   \
+        if (!S->lab[y]) S->touched[ntouched++] = (y);                                      \
+        S->lab[y] |= (bits);                                                               \
+        S->delta[y] |= (bits);                                                             \
+        bset(pend, (y));                                                                   \
+        if (((y) >> 6) < lo) lo = (y) >> 6;                                                \
+        if (((y) >> 6) > hi) hi = (y) >> 6;                                                \
+    } while (0)
+    for (int j = 0; j < nb; j++) region_clear(S, forward, bases[j]);
+    for (int j = 0; j < nb; j++) {
+        i32 b = bases[j];
+        u64 bit = ((u64)1) << j;
+        u64 *fr = row(fr_base, S, b);
+        for (i32 k = ptr[b], end = ptr[b + 1]; k < end && birth[k] < ops; k++) {
+            i32 y = list[k];
+            if (S->material[y]) {
+                if (y != b) { bset(fr, y); dirty[b] = 1; }
+            } else if (!(S->lab[y] & bit)) {
+                PUSH(y, bit);
             }
         }
     }
-    (forward ? S->fwd_c : S->rev_c)[base] = compute;
-    if (dirty) (forward ? S->fwd_dirty : S->rev_dirty)[base] = 1;
+    while (lo <= hi) {
+        /* forward: ascending ids; reverse: descending */
+        int w = forward ? lo : hi;
+        u64 word = pend[w];
+        if (!word) { if (forward) lo++; else hi--; continue; }
+        int bitpos = forward ? __builtin_ctzll(word) : 63 - __builtin_clzll(word);
+        i32 x = (w << 6) + bitpos;
+        pend[w] &= ~(((u64)1) << bitpos);
+        u64 d = S->delta[x];
+        S->delta[x] = 0;
+        for (i32 k = ptr[x], end = ptr[x + 1]; k < end && birth[k] < ops; k++) {
+            i32 y = list[k];
+            if (S->material[y]) {
+                for (u64 m = d; m; m &= m - 1) {
+                    i32 b = bases[__builtin_ctzll(m)];
+                    if (y != b) { bset(row(fr_base, S, b), y); dirty[b] = 1; }
+                }
+                continue;
+            }
+            u64 fresh = d & ~S->lab[y];
+            if (fresh) PUSH(y, fresh);
+        }
+    }
+#undef PUSH
+    for (i32 i = 0; i < ntouched; i++) {
+        i32 x = S->touched[i];
+        i64 c = S->s_compute[x];
+        for (u64 m = S->lab[x]; m; m &= m - 1) {
+            i32 b = bases[__builtin_ctzll(m)];
+            bset(row(in_base, S, b), x);
+            comp[b] += c;
+            dirty[b] = 1;
+        }
+        S->lab[x] = 0;
+    }
+}
+
+/* Rebuild the regions of `bases` (material) from scratch, in groups of 64. */
+static void rebuild_regions(St *S, int forward, const i32 *bases, i32 n) {
+    for (i32 i = 0; i < n; i += 64) rebuild_group(S, forward, bases + i, n - i < 64 ? (int)(n - i) : 64);
 }
 
 /* The reference's incremental upkeep: region r takes in evicted frontier storage s and o, the
@@ -574,26 +625,29 @@ static void compute(St *S, i32 t, int remat) {
         if (remat && S->cnt_remat) S->cnt_remat[rs[k]]++;
     }
     if (S->regions_on) {
+        /* the new storages' own regions, then every region whose edge they sit on; a pinned
+         * storage never enters the pool nor leaves memory, so nothing reads its regions again */
+        rebuild_regions(S, 1, rs, nrs);
+        rebuild_regions(S, 0, rs, nrs);
         memset(S->aff_fwd, 0, sizeof(u64) * S->words);
         memset(S->aff_rev, 0, sizeof(u64) * S->words);
         for (i32 k = 0; k < nrs; k++) {
-            region_rebuild(S, 1, rs[k]);
-            region_rebuild(S, 0, rs[k]);
             const u64 *rf = row(S->rev_fr, S, rs[k]), *ff = row(S->fwd_fr, S, rs[k]);
             for (int w = 0; w < S->words; w++) { S->aff_fwd[w] |= rf[w]; S->aff_rev[w] |= ff[w]; }
         }
-        /* A pinned storage never enters the pool, is never evicted nor rematerialized: nothing
-         * reads its regions again, so they are left as they are (results cannot differ). */
-        for (int w = 0; w < S->words; w++)
+        i32 na = 0, nr = 0;
+        for (int w = 0; w < S->words; w++) {
             for (u64 d = S->aff_fwd[w]; d; d &= d - 1) {
                 i32 x = (w << 6) + __builtin_ctzll(d);
-                if (!S->pinned[x]) region_rebuild(S, 1, x);
+                if (!S->pinned[x]) S->aff_list[na++] = x;
             }
-        for (int w = 0; w < S->words; w++)
             for (u64 d = S->aff_rev[w]; d; d &= d - 1) {
                 i32 x = (w << 6) + __builtin_ctzll(d);
-                if (!S->pinned[x]) region_rebuild(S, 0, x);
+                if (!S->pinned[x]) S->aff_rev_list[nr++] = x;
             }
+        }
+        rebuild_regions(S, 1, S->aff_list, na);
+        rebuild_regions(S, 0, S->aff_rev_list, nr);
     }
     if (S->eq_on) {
         for (i32 k = 0; k < nrs; k++) {
@@ -715,7 +769,7 @@ static void st_free(St *S) {
     void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
                     S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->fwd_in,
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
-                    S->aff_fwd, S->aff_rev, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
+                    S->aff_fwd, S->aff_rev, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
                     S->fr_wait, S->undef, S->evicted_by_policy, S->log};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
@@ -818,8 +872,13 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
         S.fwd_c = calloc(ns + 1, sizeof(i64)); S.rev_c = calloc(ns + 1, sizeof(i64));
         S.fwd_dirty = calloc(ns + 1, 1); S.rev_dirty = calloc(ns + 1, 1);
         S.aff_fwd = calloc(S.words, sizeof(u64)); S.aff_rev = calloc(S.words, sizeof(u64));
+        S.aff_list = malloc(sizeof(i32) * (ns + 1)); S.aff_rev_list = malloc(sizeof(i32) * (ns + 1));
+        S.touched = malloc(sizeof(i32) * (ns + 1));
+        S.lab = calloc(ns + 1, sizeof(u64)); S.delta = calloc(ns + 1, sizeof(u64));
+        S.pending = calloc(S.words, sizeof(u64));
         ok = S.fwd_in && S.fwd_fr && S.rev_in && S.rev_fr && S.fwd_c && S.rev_c && S.fwd_dirty &&
-             S.rev_dirty && S.aff_fwd && S.aff_rev;
+             S.rev_dirty && S.aff_fwd && S.aff_rev && S.aff_list && S.aff_rev_list && S.touched &&
+             S.lab && S.delta && S.pending;
     }
     if (!ok) {
         st_free(&S);
