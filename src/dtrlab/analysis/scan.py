@@ -75,8 +75,12 @@ def scan_stored(source: str, program: Program, ratios: Iterable[float], policy: 
     with Store(store) as opened:
         run_sweep(specs, opened, executor, workers, timeout_s=timeout_s, progress=progress, report=False)
         frame = opened.rows(s.key for s in specs)
-    runs = [Run(None if r.ratio != r.ratio else float(r.ratio), int(r.budget_bytes), r.outcome,
-                float("nan") if r.overhead != r.overhead else float(r.overhead), int(r.evictions),
-                int(r.distinct_evicted))
+    import pandas as pd
+
+    def value(x, missing):  # a timed-out run stores no measurements (NULL)
+        return missing if pd.isna(x) else x
+
+    runs = [Run(value(r.ratio, None), int(r.budget_bytes), r.outcome, float(value(r.overhead, float("nan"))),
+                int(value(r.evictions, 0)), int(value(r.distinct_evicted, 0)))
             for r in frame.itertuples()]
     return by_budget(runs)
