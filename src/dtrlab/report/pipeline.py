@@ -56,6 +56,24 @@ class Focus:
 
 
 @dataclass(frozen=True)
+class PairChurn:
+    """A switch between neighbouring fine budgets, with the churn figures the study quotes
+    (all evictions: the policy's and the eager ones at last release)."""
+
+    trace: str
+    switch: Switch
+    per_storage_fast: float  # evictions per evicted storage
+    per_storage_slow: float
+    distinct_fast: int  # storages evicted at least once
+    distinct_slow: int
+    jaccard: float  # of the two evicted sets
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "switch"}
+        return {**d, **self.switch.to_dict()}
+
+
+@dataclass(frozen=True)
 class OomCase:
     """One infeasible budget explained; series: [clock_ns, bytes] rows of the run (figures only)."""
 
@@ -91,6 +109,7 @@ class Reproduction:
     ablation: Ablation | None
     ooms: tuple[OomCase, ...]
     skipped_ooms: tuple[str, ...]  # why some infeasible budgets were not explained
+    pairs: tuple[PairChurn, ...] = ()  # churn of every neighbouring fine switch of the study's traces
     claims: tuple = ()
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     timings: dict = field(default_factory=dict)  # stage -> seconds
@@ -221,10 +240,12 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
                     ablation = _ablation(trace, ratios, ab_frame)
             with stages.stage("explaining every inversion's out-of-memory"):
                 ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
+            with stages.stage("churn of every neighbouring fine switch"):
+                pairs = _pair_churn(out, found, by_name, plan)
         finally:
             store.close()
 
-        repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped)
+        repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs)
         with stages.stage("claims of the study"):
             claims = evaluate(repro)
         with stages.stage("figures, report.html, summary.md, results.parquet"):
@@ -261,6 +282,32 @@ def _ablation(trace: str, ratios: tuple[float, ...], frame: pd.DataFrame) -> Abl
                                 max((s.factor for s in sw), default=None), len(inv),
                                 sum(len(i.infeasible) for i in inv)))
     return Ablation(trace, ratios, tuple(rows), per_policy)
+
+
+def _pair_churn(out: Path, found: dict, by_name: dict, plan: Plan) -> tuple[PairChurn, ...]:
+    """Every fine switch of the subject policy, with all-eviction churn figures (compiled runs
+    with per-storage counts, kept in the report folder), at most plan.max_pairs of them."""
+    survey = []
+    for (trace, policy), curve in sorted(found.items()):
+        if policy == SUBJECT_POLICY:
+            survey += [(trace, s) for s in curve.fine_switches()]
+    survey = sorted(survey, key=lambda ts: -ts[1].factor)[:plan.max_pairs]
+
+    def evicted(program: Program, budget_bytes: int) -> np.ndarray:
+        key = {"trace": program.sha256, "budget": budget_bytes, "policy": SUBJECT_POLICY}
+        _, arrays = memo(out, "counts", key,
+                         lambda: storage_counts(program, budget_bytes, SUBJECT_POLICY, RUNTIME))
+        return arrays["policy_evictions"] + arrays["eager_evictions"]
+
+    pairs = []
+    for trace, sw in survey:
+        program = by_name[trace]
+        fast, slow = evicted(program, sw.fast.budget_bytes), evicted(program, sw.slow.budget_bytes)
+        a, b = fast > 0, slow > 0
+        union = int((a | b).sum())
+        pairs.append(PairChurn(trace, sw, float(fast.sum() / max(a.sum(), 1)), float(slow.sum() / max(b.sum(), 1)),
+                               int(a.sum()), int(b.sum()), float((a & b).sum() / union) if union else 1.0))
+    return tuple(sorted(pairs, key=lambda pc: (pc.trace, pc.switch.lo.budget_bytes)))
 
 
 def _evictions_per_storage(arrays: dict) -> np.ndarray:

@@ -40,6 +40,7 @@ class Plan:
     ablation_half_width: str = "0.005"  # the ablation window: this far either side of the switch
     timeout_s: float = 120.0  # per run: a safety net; the overhead cap bounds almost every run
     max_oom_explanations: int = 24
+    max_pairs: int = 40  # neighbouring fine switches whose churn is measured (two runs each)
     # An OOM is explained on the Python engine (~50x slower): skip runs whose compiled run took longer.
     max_explain_wall_s: float = 0.5
     max_trace_operators: int | None = None  # leave out larger traces (quick runs)
@@ -86,4 +87,5 @@ QUICK = Plan(
     focus_fine_only=True,
     timeout_s=20.0,
     max_oom_explanations=6,
+    max_pairs=6,
 )
