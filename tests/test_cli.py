@@ -279,3 +279,17 @@ def test_extension_modules_register_their_commands(tmp_path, monkeypatch):
     with pytest.raises(ModuleNotFoundError) as info:
         cli._register_extensions(target, ("dtrlab_ext_broken",))
     assert info.value.name == "dtrlab_no_such_dependency"
+
+
+def test_source_defaults_to_the_shipped_traces():
+    """With no SOURCE, every command reads the traces that ship inside dtrlab."""
+    from dtrlab.trace import load, shipped_traces
+
+    names = {p.name for p in load(shipped_traces())}
+    assert {"resnet32", "lstm"} <= names
+    res = CliRunner().invoke(app, ["simulate", "--trace", "resnet32", "--ratio", "0.5", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["trace"] == "resnet32" and out["outcome"] in ("ok", "oom")
+    res = CliRunner().invoke(app, ["trace", "info", "--json"])
+    assert res.exit_code == 0 and {t["name"] for t in json.loads(res.output)} == names

@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from . import __version__
 from .errors import DtrlabError, UsageError
+from .trace import resolve_source
 
 USER_ERROR_EXIT = 2
 
@@ -148,8 +149,8 @@ def _info(program) -> dict:
 
 @trace_app.command("info")
 def trace_info(
-    source: str = typer.Argument(..., help="A trace file (.log/.jsonl, maybe .gz), a folder with "
-                                           "manifest.json, or a logs.zip."),
+    source: Optional[str] = typer.Argument(None, show_default=False, help="A trace file (.log/.jsonl, maybe .gz), a folder with "
+                                           "manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."),
     trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                               help="Only traces whose name starts with NAME (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: an object, or a list for several traces."),
@@ -157,6 +158,7 @@ def trace_info(
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
 ) -> None:
     """Statistics of each trace in SOURCE: operators, tensors, storages, sizes, schedule."""
+    source = resolve_source(source)
     from .trace import load
 
     programs = load(source, list(trace) if trace else None, cache=not no_cache, strict=strict)
@@ -191,7 +193,7 @@ _RESULT_KEYS = ("outcome", "overhead", "clock_ns", "baseline_compute_ns", "basel
 
 @app.command()
 def simulate(
-    source: str = typer.Argument(..., help="A trace file, a folder with manifest.json, or a logs.zip."),
+    source: Optional[str] = typer.Argument(None, show_default=False, help="A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                         help="The trace whose name starts with NAME (needed when SOURCE holds several)."),
     ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
@@ -210,6 +212,7 @@ def simulate(
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
 ) -> None:
     """Run DTR on one trace under one memory budget and report what it cost."""
+    source = resolve_source(source)
     from .sim.policies import get_policy
     from .sim.runtimes import get_runtime
     from .sim.simulate import budget_from_ratio, parse_ratio

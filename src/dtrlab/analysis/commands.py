@@ -16,8 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import UsageError
+from ..trace import resolve_source
 
-SOURCE_HELP = "A trace file, a folder with manifest.json, or a logs.zip."
+SOURCE_HELP = "A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."
 TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
 
 
@@ -72,7 +73,7 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 
 def scan_cmd(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC",
                                help='Budget ratios: "START:STOP:STEP" (inclusive) or a comma list.'),
@@ -89,6 +90,7 @@ def scan_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", help="Per-run time limit in seconds."),
 ) -> None:
     """Simulate each ratio (through the results store), then report regime switches and inversions."""
+    source = resolve_source(source)
     from .feasibility import inversions, overhead_inversions
     from .regimes import regimes, switches
     from .scan import scan_stored
@@ -138,7 +140,7 @@ def scan_cmd(
 
 
 def explain_oom_cmd(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
     ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak."),
     budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
@@ -147,6 +149,7 @@ def explain_oom_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Why a run runs out of memory: the pending stack and what holds each resident byte."""
+    source = resolve_source(source)
     from .oom import explain_oom, format_oom
 
     _check_one_budget(ratio, budget_bytes)
@@ -182,7 +185,7 @@ def _one_budget(program, ratio: Optional[float], budget_bytes: Optional[int]) ->
 
 
 def estar_drift_cmd(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
     ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak."),
     budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
@@ -191,6 +194,7 @@ def estar_drift_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """How often the reference's incremental e* differs from a fresh traversal in one run."""
+    source = resolve_source(source)
     from .estar import neighbourhood_drift
 
     _check_one_budget(ratio, budget_bytes)
@@ -223,7 +227,7 @@ def _two(source, trace, policy, runtime, between):
 
 
 def compare_cmd(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
     policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
@@ -232,6 +236,7 @@ def compare_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Compare two budgets' runs storage by storage: evictions, re-evictions, extra recompute."""
+    source = resolve_source(source)
     from .churn import compare_runs
 
     program, a, b = _two(source, trace, policy, runtime, between)
@@ -266,7 +271,7 @@ def compare_cmd(
 
 
 def diverge_cmd(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
     policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
@@ -274,6 +279,7 @@ def diverge_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """The first policy eviction where two budgets' runs differ, and both candidates' score terms."""
+    source = resolve_source(source)
     from .divergence import diverge
 
     program, a, b = _two(source, trace, policy, runtime, between)
@@ -303,7 +309,7 @@ def diverge_cmd(
 
 
 def bisect_cmd(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
     policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
@@ -312,6 +318,7 @@ def bisect_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Bisect on bytes between two budgets whose outcome or regime differ, to boundaries 1 byte apart."""
+    source = resolve_source(source)
     from .bisect import bisect_budgets
 
     program, a, b = _two(source, trace, policy, runtime, between)
@@ -342,7 +349,7 @@ def bisect_cmd(
 
 
 def ablate_cmd(
-    source: str = typer.Argument(..., help=SOURCE_HELP),
+    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC", help='"START:STOP:STEP" or a comma list.'),
     runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
@@ -350,6 +357,7 @@ def ablate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
     """Every ablation policy (ab-*) over the ratios: which show switches or inversions."""
+    source = resolve_source(source)
     from ..sim.policies import ablation_policies
     from .ablation import ablate
 

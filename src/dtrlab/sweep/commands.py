@@ -12,6 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import UsageError
+from ..trace import resolve_source
 from .store import DEFAULT_STORE
 
 DEFAULT_REFINE_FACTOR = 1.05
@@ -34,7 +35,7 @@ class ExportFormat(str, Enum):
 
 
 def sweep(
-    source: str = typer.Argument(..., help="A trace file, a folder with manifest.json, or a logs.zip."),
+    source: Optional[str] = typer.Argument(None, show_default=False, help="A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."),
     trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                               help="Only traces whose name starts with NAME (repeatable; default: all)."),
     ratios: Optional[str] = typer.Option(None, "--ratios", "-r", metavar="SPEC",
@@ -76,6 +77,7 @@ def sweep(
 
     Run it again to resume: what the store has is skipped.
     """
+    source = resolve_source(source)
     from ..sim.policies import get_policy
     from ..sim.runtimes import get_runtime
     from ..trace import load

@@ -10,6 +10,18 @@ from .lower import Program, lower
 from .read import TraceSource, open_source, read_trace, select
 
 
+def shipped_traces() -> str:
+    """The folder of traces that ship inside dtrlab (captures of its model zoo)."""
+    import importlib.resources
+
+    return str(importlib.resources.files("dtrlab") / "data" / "traces")
+
+
+def resolve_source(source: str | Path | None) -> str:
+    """A command's SOURCE: as given, or the shipped traces when there is none."""
+    return shipped_traces() if source is None else str(source)
+
+
 def load(source: str | Path, traces: list[str] | None = None, *, cache: bool = True,
          strict: bool = False) -> list[Program]:
     """The lowered programs of the traces in `source` whose names start with one of `traces`.
@@ -37,4 +49,5 @@ def _load(src: TraceSource, cache: bool, strict: bool) -> Program:
     return lower(read_trace(src), strict=strict)
 
 
-__all__ = ["Program", "TraceSource", "load", "load_one", "lower", "open_source", "read_trace", "select"]
+__all__ = ["Program", "TraceSource", "load", "load_one", "lower", "open_source", "read_trace",
+           "resolve_source", "select", "shipped_traces"]
