@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from dtrlab.sim.simulate import budget_from_ratio, simulate
 from dtrlab.trace import load
+
+from _timing import median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
 
 SHARED = Path(os.environ.get("DTRLAB_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 TRACES = SHARED / "traces" / "dtr-iclr21"
@@ -29,16 +29,6 @@ CASES = [
     ("lstm", 0.15, None),
     ("lstm", 0.5, None),
 ]
-
-
-def median_seconds(fn, repeat: int) -> float:
-    fn()  # warm: derived arrays are built once per program
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -56,7 +46,7 @@ def main() -> int:
         program = programs[name]
         budget = budget_from_ratio(program, ratio)
         result = simulate(program, budget, "dtr", engine=args.engine)
-        med = median_seconds(lambda: simulate(program, budget, "dtr", engine=args.engine), args.repeat)
+        med = median_seconds(lambda: simulate(program, budget, "dtr", engine=args.engine), args.repeat, warm=True)
         speedup = f"{ref_s / med:.0f}x" if ref_s else "-"
         ref = f"{ref_s:.2f}" if ref_s else "-"
         print(f"{name:<16}{ratio:>6}{med * 1e3:>11.1f}{ref:>9}{speedup:>10}{result.evictions:>11}")

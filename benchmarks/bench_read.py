@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -18,17 +17,10 @@ from dtrlab.trace import load_one
 from dtrlab.trace.lower import lower
 from dtrlab.trace.read import open_source, read_trace
 
+from _timing import median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
+
 SHARED = Path(os.environ.get("DTRLAB_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 TRACES = SHARED / "traces" / "dtr-iclr21"
-
-
-def median_seconds(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> int:

@@ -215,17 +215,12 @@ def simulate(
     source = resolve_source(source)
     from .sim.policies import get_policy
     from .sim.runtimes import get_runtime
-    from .sim.simulate import budget_from_ratio, parse_ratio
+    from .sim.simulate import budget_from_ratio, check_budget_args
     from .sim.simulate import simulate as run_simulation
     from .trace import load_one
     from .trace.synth import SYNTHETIC
 
-    if (ratio is None) == (budget_bytes is None):
-        raise UsageError("give exactly one of --ratio and --budget-bytes")
-    if ratio is not None:
-        parse_ratio(ratio)
-    if budget_bytes is not None and budget_bytes < 0:
-        raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
+    check_budget_args(ratio, budget_bytes)
     # Check names before reading the trace: a typo should not wait for a large file.
     get_policy(policy)
     get_runtime(runtime)

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import UsageError
+from ..sim.simulate import check_budget_args
 from ..trace import resolve_source
 
 SOURCE_HELP = "A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."
@@ -152,7 +153,7 @@ def explain_oom_cmd(
     source = resolve_source(source)
     from .oom import explain_oom, format_oom
 
-    _check_one_budget(ratio, budget_bytes)
+    check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
     budget = _one_budget(program, ratio, budget_bytes)
     report = explain_oom(program, budget, policy, runtime)
@@ -162,17 +163,6 @@ def explain_oom_cmd(
         _json(d)
         return
     typer.echo(format_oom(report))
-
-
-def _check_one_budget(ratio: Optional[float], budget_bytes: Optional[int]) -> None:
-    from ..sim.simulate import parse_ratio
-
-    if (ratio is None) == (budget_bytes is None):
-        raise UsageError("give exactly one of --ratio and --budget-bytes")
-    if ratio is not None:
-        parse_ratio(ratio)
-    if budget_bytes is not None and budget_bytes < 0:
-        raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
 
 
 def _one_budget(program, ratio: Optional[float], budget_bytes: Optional[int]) -> int:
@@ -197,7 +187,7 @@ def estar_drift_cmd(
     source = resolve_source(source)
     from .estar import neighbourhood_drift
 
-    _check_one_budget(ratio, budget_bytes)
+    check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
     drift = neighbourhood_drift(program, _one_budget(program, ratio, budget_bytes), policy, runtime)
     if as_json:

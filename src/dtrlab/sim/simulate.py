@@ -43,6 +43,16 @@ def parse_ratio(ratio: float | str) -> float:
     return value
 
 
+def check_budget_args(ratio: float | None, budget_bytes: int | None) -> None:
+    """A command takes exactly one of a ratio and a byte budget; say which mistake was made."""
+    if (ratio is None) == (budget_bytes is None):
+        raise UsageError("give exactly one of --ratio and --budget-bytes")
+    if ratio is not None:
+        parse_ratio(ratio)
+    if budget_bytes is not None and budget_bytes < 0:
+        raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
+
+
 def budget_from_ratio(program: Program, ratio: float | str) -> int:
     """budget_bytes = int(peak x ratio) in float arithmetic, as the reference computes it."""
     return int(baseline(program).peak_bytes * parse_ratio(ratio))
