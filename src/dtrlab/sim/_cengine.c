@@ -110,7 +110,7 @@ typedef struct {
     const i32 *t_op, *t_storage;
     const i64 *t_size;
     const i64 *s_size;
-    const i32 *s_root, *s_tptr, *s_tensors; /* storage -> its tensors, ascending ids */
+    const i32 *s_tptr, *s_tensors; /* storage -> its tensors, ascending ids */
     /* storage -> distinct adjacent storages (forward: consumers; reverse: inputs of its
      * producers), each with the operator whose creation adds the edge, ascending */
     const i32 *f_ptr, *f_list, *f_birth, *r_ptr, *r_list, *r_birth;
@@ -802,7 +802,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     P.op_cost = views[0].buf; P.op_size = views[1].buf; P.op_out_start = views[2].buf;
     P.op_n_out = views[3].buf; P.op_arg_ptr = views[4].buf; P.op_args = views[5].buf;
     P.t_op = views[6].buf; P.t_storage = views[7].buf; P.t_size = views[8].buf;
-    P.s_size = views[9].buf; P.s_root = views[10].buf; P.s_tptr = views[11].buf;
+    P.s_size = views[9].buf; P.s_tptr = views[11].buf; /* views[10]: storage roots, unused */
     P.s_tensors = views[12].buf;
     P.step_kind = views[13].buf; P.step_target = views[14].buf;
     P.f_ptr = views[15].buf; P.f_list = views[16].buf; P.f_birth = views[17].buf;

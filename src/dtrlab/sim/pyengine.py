@@ -102,7 +102,6 @@ class Engine:
         self.parents: list[list[int]] = [[] for _ in range(nt)]
         self.children: list[list[int]] = [[] for _ in range(nt)]
         self.defined = [False] * nt
-        self.t_ref = [0] * nt
         # storages
         self.s_tensors: list[list[int]] = [[] for _ in range(ns)]
         self.s_compute = [0] * ns
@@ -121,7 +120,6 @@ class Engine:
         self.uf_value: list[int] = []
         # banishing
         self.evicted_dependents: list[set[int]] = [set() for _ in range(ns)] if runtime.banishing else []
-        self.banished = [False] * ns
 
         self.clock = 1
         self.memory = 0
@@ -325,7 +323,6 @@ class Engine:
                 self.s_compute[s] += self.op_cost[op]  # each operator counts once per storage
             self.s_tensors[s].append(t)
             self.ref_ext[s] += 1
-            self.t_ref[t] = 1
         for a in args:
             self.children[a].extend(outs)
         if self.rt.banishing:
@@ -446,7 +443,6 @@ class Engine:
     def _release(self, t: int) -> None:
         s = self.t_storage[t]
         self.ref_ext[s] -= 1
-        self.t_ref[t] -= 1
         if self.rt.banishing:
             if self.ref_ext[s] == 0:
                 self._try_banish(s)
@@ -470,7 +466,6 @@ class Engine:
                 if self.s_root[self.t_storage[c]] != root:
                     self.parents[c].remove(t)
                     self._pin(c)
-        self.banished[s] = True
 
     # --- the schedule --------------------------------------------------------------------
     def run(self) -> str:
@@ -484,7 +479,6 @@ class Engine:
                         self.last_access[self.t_storage[t]] = self.clock
                 elif kind == GET:
                     self.ref_ext[self.t_storage[x]] += 1
-                    self.t_ref[x] += 1
                 elif kind == PIN:
                     if not self.defined[x]:
                         self._materialize(x, True)
