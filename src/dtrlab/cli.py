@@ -6,8 +6,6 @@ Owns argument checking and printing; a DtrlabError becomes one line `dtrlab: ...
 from __future__ import annotations
 
 import importlib
-import json
-import math
 import sys
 from enum import Enum
 from typing import Any, List, Optional
@@ -19,6 +17,7 @@ from typer.core import TyperGroup
 
 from . import __version__
 from .errors import DtrlabError, UsageError
+from .output import clean, print_json
 from .trace import resolve_source
 
 USER_ERROR_EXIT = 2
@@ -91,14 +90,6 @@ def _console() -> Console:
     return Console(file=sys.stdout, highlight=False)
 
 
-def _json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, allow_nan=False))
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is None or math.isfinite(x) else None
-
-
 def _count(n: int) -> str:
     return f"{n:,}"
 
@@ -164,7 +155,7 @@ def trace_info(
     programs = load(source, list(trace) if trace else None, cache=not no_cache, strict=strict)
     infos = [_info(p) for p in programs]
     if as_json:
-        _json(infos[0] if len(infos) == 1 else infos)
+        print_json(infos[0] if len(infos) == 1 else infos)
         return
     table = Table(title=f"{source}", title_justify="left")
     table.add_column("")
@@ -215,25 +206,24 @@ def simulate(
     source = resolve_source(source)
     from .sim.policies import get_policy
     from .sim.runtimes import get_runtime
-    from .sim.simulate import budget_from_ratio, check_budget_args
+    from .sim.simulate import budget_of, check_budget_args, check_compatible
     from .sim.simulate import simulate as run_simulation
     from .trace import load_one
     from .trace.synth import SYNTHETIC
 
     check_budget_args(ratio, budget_bytes)
     # Check names before reading the trace: a typo should not wait for a large file.
-    get_policy(policy)
-    get_runtime(runtime)
+    check_compatible(get_policy(policy), get_runtime(runtime))
     program = load_one(source, trace, cache=not no_cache, strict=strict)
-    budget = budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
+    budget = budget_of(program, ratio, budget_bytes)
     result = run_simulation(program, budget, policy, runtime, overhead_limit=overhead_limit,
                             seed=seed, engine=engine.value)
     d = result.to_dict()
     d["ratio"] = ratio
-    d["overhead"] = _finite(d["overhead"])
+    d["overhead"] = clean(d["overhead"])
     out = {k: d[k] for k in _RESULT_KEYS}
     if as_json:
-        _json(out)
+        print_json(out)
         return
     synthetic = SYNTHETIC in (program.meta.get("annotations") or ())
     title = f"{result.trace}{' (synthetic)' if synthetic else ''}: {result.policy} / {result.runtime}"
@@ -273,7 +263,7 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     rows = [{"name": p.name, "reference": p.reference, "needs": sorted(p.needs),
              "compiled": compiled_policy(p), "description": p.description} for p in POLICIES.values()]
     if as_json:
-        _json(rows)
+        print_json(rows)
         return
     table = Table(title="eviction policies (--policy NAME, or the reference name)", title_justify="left")
     for column in ("name", "reference", "needs", "description"):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dtrlab.sim.policies import POLICIES, get_policy
 from dtrlab.sim.runtimes import RUNTIMES
-from dtrlab.sim.simulate import baseline, check_compatible, compiled_available, simulate
+from dtrlab.sim.simulate import baseline, budget_from_ratio, check_compatible, compiled_available, simulate
 from dtrlab.errors import UsageError
 from helpers import synthetic_program
 
@@ -39,12 +39,17 @@ runs = st.tuples(
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def _setup(case):
+    """(program, budget, policy, runtime, policy seed) of one generated case."""
+    seed, (policy, runtime), ratio, pseed = case
+    program = synthetic_program(seed)
+    return program, budget_from_ratio(program, ratio), policy, runtime, pseed
+
+
 @SETTINGS
 @given(runs)
 def test_memory_never_exceeds_the_budget(case):
-    seed, (policy, runtime), ratio, pseed = case
-    program = synthetic_program(seed)
-    budget = int(baseline(program).peak_bytes * ratio)
+    program, budget, policy, runtime, pseed = _setup(case)
     result = simulate(program, budget, policy, runtime, seed=pseed)
     assert result.peak_bytes <= budget
     assert result.outcome in ("ok", "oom")
@@ -54,11 +59,9 @@ def test_memory_never_exceeds_the_budget(case):
 @SETTINGS
 @given(runs)
 def test_compiled_and_python_engines_agree(case):
-    seed, (policy, runtime), ratio, pseed = case
+    program, budget, policy, runtime, pseed = _setup(case)
     if RUNTIMES[runtime].banishing:
         return  # the banishing runtime runs on the Python engine only
-    program = synthetic_program(seed)
-    budget = int(baseline(program).peak_bytes * ratio)
     a = simulate(program, budget, policy, runtime, seed=pseed, engine="python").to_dict()
     b = simulate(program, budget, policy, runtime, seed=pseed, engine="c").to_dict()
     assert a.pop("engine") == "python" and b.pop("engine") == "c"
@@ -81,11 +84,9 @@ def test_unbounded_budget_evicts_nothing(seed, case):
 @settings(max_examples=40, deadline=None)
 @given(runs)
 def test_same_inputs_same_result(case):
-    seed, (policy, runtime), ratio, pseed = case
-    program = synthetic_program(seed)
-    budget = int(baseline(program).peak_bytes * ratio)
+    program, budget, policy, runtime, pseed = _setup(case)
     first = simulate(program, budget, policy, runtime, seed=pseed)
-    again = simulate(synthetic_program(seed), budget, policy, runtime, seed=pseed)
+    again = simulate(synthetic_program(case[0]), budget, policy, runtime, seed=pseed)
     assert first == again
 
 

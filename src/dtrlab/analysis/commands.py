@@ -5,10 +5,9 @@ A thin typer layer: each command parses, calls the analysis functions and prints
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import typer
 from rich.console import Console
@@ -16,26 +15,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import UsageError
-from ..sim.simulate import check_budget_args
+from ..output import print_json
+from ..sim.simulate import budget_of, check_budget_args
 from ..trace import resolve_source
 
 SOURCE_HELP = "A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."
 TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
-
-
-def _clean(value: Any) -> Any:
-    """JSON has no inf/nan: they become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _json(value: Any) -> None:
-    typer.echo(json.dumps(_clean(value), indent=2, allow_nan=False))
 
 
 def _console() -> Console:
@@ -106,7 +91,7 @@ def scan_cmd(
     inv = inversions(runs)
     oinv = overhead_inversions(runs)
     if as_json:
-        _json({"trace": program.name, "policy": policy, "runtime": runtime, "factor": factor,
+        print_json({"trace": program.name, "policy": policy, "runtime": runtime, "factor": factor,
                "runs": [r.to_dict() for r in runs],
                "regime_switches": [s.to_dict() for s in found],
                "regimes": [g.to_dict() for g in regimes(runs, factor)],
@@ -155,20 +140,14 @@ def explain_oom_cmd(
 
     check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
-    budget = _one_budget(program, ratio, budget_bytes)
+    budget = budget_of(program, ratio, budget_bytes)
     report = explain_oom(program, budget, policy, runtime)
     if as_json:
         d = report.to_dict()
         d["ratio"] = ratio
-        _json(d)
+        print_json(d)
         return
     typer.echo(format_oom(report))
-
-
-def _one_budget(program, ratio: Optional[float], budget_bytes: Optional[int]) -> int:
-    from ..sim.simulate import budget_from_ratio
-
-    return budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
 
 
 # --- e* drift --------------------------------------------------------------------------------------
@@ -189,9 +168,9 @@ def estar_drift_cmd(
 
     check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
-    drift = neighbourhood_drift(program, _one_budget(program, ratio, budget_bytes), policy, runtime)
+    drift = neighbourhood_drift(program, budget_of(program, ratio, budget_bytes), policy, runtime)
     if as_json:
-        _json({"trace": program.name, "policy": policy, "runtime": runtime, "ratio": ratio, **drift.to_dict()})
+        print_json({"trace": program.name, "policy": policy, "runtime": runtime, "ratio": ratio, **drift.to_dict()})
         return
     typer.echo(f"{program.name}: {policy} / {runtime} ({drift.outcome}): {drift.differing:,} of "
                f"{drift.evaluations:,} scores ({100 * drift.fraction:.2f}%) read an incremental e* "
@@ -232,7 +211,7 @@ def compare_cmd(
     program, a, b = _two(source, trace, policy, runtime, between)
     churn = compare_runs(program, a, b, policy, runtime, top)
     if as_json:
-        _json(churn.to_dict())
+        print_json(churn.to_dict())
         return
     table = Table(title=f"{program.name}: {policy} / {runtime}", title_justify="left")
     table.add_column("")
@@ -275,7 +254,7 @@ def diverge_cmd(
     program, a, b = _two(source, trace, policy, runtime, between)
     d = diverge(program, a, b, policy, runtime)
     if as_json:
-        _json(d.to_dict())
+        print_json(d.to_dict())
         return
     console = _console()
     if d.index is None:
@@ -320,7 +299,7 @@ def bisect_cmd(
     except ValueError as exc:
         raise UsageError(f"{exc} (the two runs have the same outcome, and it is not ok)") from None
     if as_json:
-        _json(found.to_dict())
+        print_json(found.to_dict())
         return
     console = _console()
     if not found.boundaries:
@@ -360,7 +339,7 @@ def ablate_cmd(
         task = bar.add_task(f"{program.name} ablations", total=n * len(grid))
         rows = ablate(program, grid, runtime, factor, advance=lambda: bar.advance(task))
     if as_json:
-        _json([r.to_dict() for r in rows])
+        print_json([r.to_dict() for r in rows])
         return
     t = Table(title=f"{program.name}: ablations over {len(grid)} ratios (switch factor > {factor:g})",
               title_justify="left")

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..sim.result import OK, OOM, REMAT_LIMIT, RunResult
+from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT, RunResult
 
 # What counts as infeasible: the run could not finish under the budget (a remat_limit run hit
 # the overhead cap, which a study uses as "too slow to count"). A timeout says nothing.
@@ -54,3 +54,21 @@ def run_of(result: RunResult, ratio: float | None = None) -> Run:
 def by_budget(runs: Iterable) -> list:
     """Runs sorted by budget (ties keep their order): every analysis walks budgets upwards."""
     return sorted(runs, key=lambda r: r.budget_bytes)
+
+
+def runs_of(frame, timeouts: bool = False) -> list:
+    """Runs from results-store rows (a pandas frame), by budget. A timed-out run stores no
+    measurements; it is left out unless `timeouts` (then with nan overhead, no evictions)."""
+    import pandas as pd
+
+    def value(x, missing):
+        return missing if x is None or pd.isna(x) else x
+
+    out = []
+    for row in frame.itertuples(index=False):
+        if row.outcome == TIMEOUT and not timeouts:
+            continue
+        out.append(Run(value(row.ratio, None), int(row.budget_bytes), row.outcome,
+                       float(value(row.overhead, math.nan)), int(value(row.evictions, 0)),
+                       int(value(row.distinct_evicted, 0))))
+    return by_budget(out)

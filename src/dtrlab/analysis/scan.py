@@ -14,7 +14,7 @@ from ..sim.policies import DEFAULT_POLICY
 from ..sim.runtimes import DEFAULT_RUNTIME
 from ..sim.simulate import budget_from_ratio, simulate
 from ..trace.lower import Program
-from .runs import Run, by_budget, run_of
+from .runs import Run, by_budget, run_of, runs_of
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,4 @@ def scan_stored(source: str, program: Program, ratios: Iterable[float], policy: 
     with Store(store) as opened:
         run_sweep(specs, opened, executor, workers, timeout_s=timeout_s, progress=progress, report=False)
         frame = opened.rows(s.key for s in specs)
-    import pandas as pd
-
-    def value(x, missing):  # a timed-out run stores no measurements (NULL)
-        return missing if pd.isna(x) else x
-
-    runs = [Run(value(r.ratio, None), int(r.budget_bytes), r.outcome, float(value(r.overhead, float("nan"))),
-                int(value(r.evictions, 0)), int(value(r.distinct_evicted, 0)))
-            for r in frame.itertuples()]
-    return by_budget(runs)
+    return runs_of(frame, timeouts=True)

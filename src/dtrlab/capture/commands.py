@@ -14,6 +14,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
+from ..output import print_json
 
 
 def _size_kwargs(sizes: list[str]) -> dict:
@@ -117,7 +118,7 @@ def capture(
                "simulated_peak_bytes": baseline(program).peak_bytes,
                "mutated_bytes": result.mutated_bytes, "torch": torch.__version__}
     if as_json:
-        typer.echo(json.dumps(summary, indent=2))
+        print_json(summary)
         return
     for key, value in summary.items():
         typer.echo(f"{key:22} {value}")

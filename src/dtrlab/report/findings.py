@@ -5,15 +5,14 @@ Owns Curve (the runs of one trace and policy, in budget order) and picking the s
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
 
 from ..analysis.feasibility import Inversion, inversions
 from ..analysis.regimes import Regime, Switch, regimes, switches
-from ..analysis.runs import Run, by_budget
-from ..sim.result import TIMEOUT
+from ..analysis.runs import Run
+from ..analysis.runs import runs_of as store_runs
 
 # Two ratios this close are neighbours on the fine grid (0.001 steps; floats of decimal literals).
 FINE_NEIGHBOURS = 0.001 + 1e-9
@@ -52,14 +51,7 @@ class Curve:
 
 def runs_of(frame: pd.DataFrame) -> tuple[Run, ...]:
     """Runs from store rows (timeouts left out: they say nothing about the budget)."""
-    out = []
-    for row in frame.itertuples(index=False):
-        if row.outcome == TIMEOUT:
-            continue
-        overhead = float(row.overhead) if row.overhead is not None and not pd.isna(row.overhead) else math.nan
-        out.append(Run(None if pd.isna(row.ratio) else float(row.ratio), int(row.budget_bytes), row.outcome,
-                       overhead, int(row.evictions), int(row.distinct_evicted)))
-    return tuple(by_budget(out))
+    return tuple(store_runs(frame))
 
 
 def curves(frame: pd.DataFrame, factor: float) -> dict[tuple[str, str], Curve]:

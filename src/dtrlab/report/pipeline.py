@@ -6,7 +6,6 @@ Owns the order of the stages (coarse curves, fine scans, analyses, claims, figur
 from __future__ import annotations
 
 import contextlib
-import importlib.resources
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -32,7 +31,7 @@ from ..sim.simulate import baseline, simulate
 from ..sweep.grid import RunSpec, build_specs, ratio_literal
 from ..sweep.run import refine_specs, run_sweep
 from ..sweep.store import Store, export
-from ..trace import load
+from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, curves, largest_switch, runs_of
 from .memo import memo
@@ -124,8 +123,7 @@ def trace_source(source: str | None) -> Iterator[tuple[str, str]]:
             raise UsageError(f"{source}: no such file or folder")
         yield str(Path(source).resolve()), str(source)
         return
-    with importlib.resources.as_file(importlib.resources.files("dtrlab") / "data" / "traces") as path:
-        yield str(path), SHIPPED
+    yield shipped_traces(), SHIPPED
 
 
 def _programs(path: str, plan: Plan) -> list[Program]:

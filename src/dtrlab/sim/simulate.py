@@ -53,6 +53,11 @@ def check_budget_args(ratio: float | None, budget_bytes: int | None) -> None:
         raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
 
 
+def budget_of(program: Program, ratio: float | None, budget_bytes: int | None) -> int:
+    """The budget a command was given: from the ratio when there is one, else the bytes."""
+    return budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
+
+
 def budget_from_ratio(program: Program, ratio: float | str) -> int:
     """budget_bytes = int(peak x ratio) in float arithmetic, as the reference computes it."""
     return int(baseline(program).peak_bytes * parse_ratio(ratio))
