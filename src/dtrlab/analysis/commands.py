@@ -22,6 +22,15 @@ from ..trace import resolve_source
 SOURCE_HELP = "A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."
 TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
 
+# The arguments and options every diagnostics command takes, declared once.
+SOURCE_ARG = typer.Argument(None, show_default=False, help=SOURCE_HELP)
+TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
+POLICY_OPT = typer.Option("dtr", "--policy", "-p", help="Eviction policy.")
+RUNTIME_OPT = typer.Option("eager-optimized", "--runtime", help="Runtime.")
+JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")
+RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak.")
+BYTES_OPT = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes.")
+
 
 def _console() -> Console:
     return Console(file=sys.stdout, highlight=False)
@@ -59,15 +68,15 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 
 def scan_cmd(
-    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    source: Optional[str] = SOURCE_ARG,
+    trace: Optional[str] = TRACE_OPT,
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC",
                                help='Budget ratios: "START:STOP:STEP" (inclusive) or a comma list.'),
-    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
-    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    policy: str = POLICY_OPT,
+    runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(2.0, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = JSON_OPT,
     store: str = typer.Option("dtrlab-results.duckdb", "--store", metavar="FILE",
                               help="Results store: runs already there are not simulated again."),
     workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Worker processes (default: one a core)."),
@@ -126,13 +135,13 @@ def scan_cmd(
 
 
 def explain_oom_cmd(
-    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
-    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak."),
-    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
-    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
-    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    source: Optional[str] = SOURCE_ARG,
+    trace: Optional[str] = TRACE_OPT,
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
+    policy: str = POLICY_OPT,
+    runtime: str = RUNTIME_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Why a run runs out of memory: the pending stack and what holds each resident byte."""
     source = resolve_source(source)
@@ -154,13 +163,13 @@ def explain_oom_cmd(
 
 
 def estar_drift_cmd(
-    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
-    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak."),
-    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
+    source: Optional[str] = SOURCE_ARG,
+    trace: Optional[str] = TRACE_OPT,
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
     policy: str = typer.Option("dtr", "--policy", "-p", help="A policy that reads e* (dtr, msps, ab-e-*)."),
     runtime: str = typer.Option("eager-optimized", "--runtime", help="An optimized runtime."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """How often the reference's incremental e* differs from a fresh traversal in one run."""
     source = resolve_source(source)
@@ -196,13 +205,13 @@ def _two(source, trace, policy, runtime, between):
 
 
 def compare_cmd(
-    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    source: Optional[str] = SOURCE_ARG,
+    trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
-    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
-    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    policy: str = POLICY_OPT,
+    runtime: str = RUNTIME_OPT,
     top: int = typer.Option(10, "--top", metavar="N", help="How many re-evicted storages to list."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Compare two budgets' runs storage by storage: evictions, re-evictions, extra recompute."""
     source = resolve_source(source)
@@ -240,12 +249,12 @@ def compare_cmd(
 
 
 def diverge_cmd(
-    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    source: Optional[str] = SOURCE_ARG,
+    trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
-    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
-    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    policy: str = POLICY_OPT,
+    runtime: str = RUNTIME_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """The first policy eviction where two budgets' runs differ, and both candidates' score terms."""
     source = resolve_source(source)
@@ -278,13 +287,13 @@ def diverge_cmd(
 
 
 def bisect_cmd(
-    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    source: Optional[str] = SOURCE_ARG,
+    trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
-    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy."),
-    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    policy: str = POLICY_OPT,
+    runtime: str = RUNTIME_OPT,
     max_runs: int = typer.Option(2000, "--max-runs", metavar="N", help="Stop refining after N simulations."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Bisect on bytes between two budgets whose outcome or regime differ, to boundaries 1 byte apart."""
     source = resolve_source(source)
@@ -318,10 +327,10 @@ def bisect_cmd(
 
 
 def ablate_cmd(
-    source: Optional[str] = typer.Argument(None, show_default=False, help=SOURCE_HELP),
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP),
+    source: Optional[str] = SOURCE_ARG,
+    trace: Optional[str] = TRACE_OPT,
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC", help='"START:STOP:STEP" or a comma list.'),
-    runtime: str = typer.Option("eager-optimized", "--runtime", help="Runtime."),
+    runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(2.0, "--factor", metavar="F", help="Switch factor."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
