@@ -122,7 +122,7 @@ typedef struct {
 
 enum { NUM_E = 0, NUM_EQ, NUM_LOCAL, NUM_ONE, NUM_FRESH, NUM_ANCESTORS };
 enum { SPECIAL_SCORE = 0, SPECIAL_LRU, SPECIAL_RANDOM };
-enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3 };
+enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3, OUT_STALE = 4 };
 
 typedef struct {
     u64 *interior, *frontier;
@@ -150,6 +150,12 @@ typedef struct {
     u64 *fwd_in, *fwd_fr, *rev_in, *rev_fr;
     i64 *fwd_c, *rev_c;
     unsigned char *fwd_dirty, *rev_dirty;
+    /* trusted reverse regions (see "Trusted reverse regions" below) */
+    int trust_on, check;
+    i32 stale;               /* check: 1 + the storage whose region or count was found wrong */
+    u64 *check_in, *check_fr; /* check: scratch rows */
+    unsigned char *rev_ok; /* the stored reverse region equals a fresh traversal now */
+    i32 *fr_refs;          /* per storage: trusted reverse regions with it on their frontier */
     u64 *aff_fwd, *aff_rev;
     i32 *aff_list, *aff_rev_list, *touched;
     u64 *lab, *delta; /* per storage: the bases of a group that reach it, not yet expanded */
@@ -174,6 +180,7 @@ typedef struct {
     /* counters */
     i64 clock, memory, peak, remat_ns;
     i64 evictions, eager_evictions, distinct, evals;
+    i64 region_rebuilds, region_updates; /* regions traversed afresh / trusted ones updated */
     unsigned char *evicted_by_policy;
     /* optional instruments */
     i64 *cnt_policy, *cnt_eager, *cnt_remat;
@@ -308,9 +315,118 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     }
 }
 
+/* ---- Trusted reverse regions -------------------------------------------------------------
+ * Rebuilding the reverse regions of the storages downstream of a rematerialized one is most of
+ * the work when a run thrashes, and most of those rebuilds only take the new storage out. A
+ * reverse region is "trusted" while its stored sets equal a fresh traversal of the current
+ * state; a trusted region is then updated in place (rev_fast) instead of traversed again, with
+ * exactly the result of the traversal. Trust is kept only on acyclic storage graphs (every
+ * public trace; a cycle needs an in-place operator fed by its own output). It is lost, so the
+ * next rebuild is a full one, whenever the reference's upkeep may leave a region not fresh:
+ *   - an eviction whose absorption reads an untrusted region, or misses a trusted region that
+ *     has the evicted storage on its frontier (fr_refs counts them, so a miss is seen);
+ *   - an operator adding a tensor (hence edges and compute) to a storage that already exists;
+ *   - pinning (nothing reads a pinned storage's regions again).
+ */
+
+/* Self-check (the `check` option, for tests): b's trusted reverse region against a fresh
+ * traversal, which leaves it as it was when they agree. */
+static void check_rev(St *S, i32 b) {
+    size_t bytes = sizeof(u64) * (size_t)S->words;
+    i64 c = S->rev_c[b];
+    memcpy(S->check_in, row(S->rev_in, S, b), bytes);
+    memcpy(S->check_fr, row(S->rev_fr, S, b), bytes);
+    rebuild_group(S, 0, &b, 1);
+    if (memcmp(S->check_in, row(S->rev_in, S, b), bytes) || memcmp(S->check_fr, row(S->rev_fr, S, b), bytes) ||
+        c != S->rev_c[b])
+        S->stale = b + 1;
+}
+
+/* Every trusted region, and the frontier counts, against the truth. */
+static void check_all(St *S) {
+    i32 n = S->p->n_storages;
+    for (i32 x = 0; x < n && !S->stale; x++)
+        if (S->rev_ok[x]) check_rev(S, x);
+    for (i32 y = 0; y < n && !S->stale; y++) {
+        i32 refs = 0;
+        for (i32 x = 0; x < n; x++) refs += S->rev_ok[x] && bget(row(S->rev_fr, S, x), y);
+        if (refs != S->fr_refs[y]) S->stale = y + 1;
+    }
+}
+
+static void rev_untrust(St *S, i32 b) {
+    if (!S->rev_ok[b]) return;
+    S->rev_ok[b] = 0;
+    const u64 *fr = row(S->rev_fr, S, b);
+    for (int w = 0; w < S->words; w++)
+        for (u64 d = fr[w]; d; d &= d - 1) S->fr_refs[(w << 6) + __builtin_ctzll(d)]--;
+}
+
+static void rev_trust(St *S, i32 b) {
+    if (!S->trust_on || S->rev_ok[b] || S->pinned[b]) return;
+    S->rev_ok[b] = 1;
+    const u64 *fr = row(S->rev_fr, S, b);
+    for (int w = 0; w < S->words; w++)
+        for (u64 d = fr[w]; d; d &= d - 1) S->fr_refs[(w << 6) + __builtin_ctzll(d)]++;
+}
+
+/* Whether storage c has a born consumer that is b or inside b's reverse region `in`. */
+static int feeds(const St *S, i32 c, i32 b, const u64 *in) {
+    const Prog *p = S->p;
+    for (i32 k = p->f_ptr[c], end = p->f_ptr[c + 1]; k < end && p->f_birth[k] < S->ops_created; k++) {
+        i32 y = p->f_list[k];
+        if (y == b || bget(in, y)) return 1;
+    }
+    return 0;
+}
+
+static void refresh_frontier_bit(St *S, i32 b, u64 *in, u64 *fr, i32 c) {
+    int now = feeds(S, c, b, in), was = bget(fr, c);
+    if (now == was) return;
+    if (now) { bset(fr, c); S->fr_refs[c]++; }
+    else { bclr(fr, c); S->fr_refs[c]--; }
+}
+
+/* The reverse region of trusted b after the storages rs[k] with leaf[k] set became material; a
+ * leaf has no input that is not material, so only it leaves b's region and only it and its
+ * inputs can enter or leave the frontier. Returns 0 (nothing changed) when that does not hold. */
+static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 nrs) {
+    if (!S->rev_ok[b]) return 0;
+    const Prog *p = S->p;
+    u64 *in = row(S->rev_in, S, b), *fr = row(S->rev_fr, S, b);
+    int any = 0;
+    for (i32 k = 0; k < nrs; k++)
+        if (bget(in, rs[k])) {
+            if (!leaf[k]) return 0;
+            any = 1;
+        }
+    if (!any) return 0;
+    unsigned char gone[64];
+    for (i32 k = 0; k < nrs; k++) {
+        gone[k] = (unsigned char)bget(in, rs[k]);
+        if (gone[k]) { bclr(in, rs[k]); S->rev_c[b] -= S->s_compute[rs[k]]; }
+    }
+    for (i32 k = 0; k < nrs; k++) {
+        if (!gone[k]) continue;
+        i32 s = rs[k];
+        refresh_frontier_bit(S, b, in, fr, s);
+        for (i32 j = p->r_ptr[s], end = p->r_ptr[s + 1]; j < end && p->r_birth[j] < S->ops_created; j++)
+            refresh_frontier_bit(S, b, in, fr, p->r_list[j]);
+    }
+    S->rev_dirty[b] = 1;
+    S->region_updates++;
+    if (S->check) check_rev(S, b);
+    return 1;
+}
+
 /* Rebuild the regions of `bases` (material) from scratch, in groups of 64. */
 static void rebuild_regions(St *S, int forward, const i32 *bases, i32 n) {
+    S->region_rebuilds += n;
+    if (!forward && S->trust_on)
+        for (i32 i = 0; i < n; i++) rev_untrust(S, bases[i]);
     for (i32 i = 0; i < n; i += 64) rebuild_group(S, forward, bases + i, n - i < 64 ? (int)(n - i) : 64);
+    if (!forward && S->trust_on)
+        for (i32 i = 0; i < n; i++) rev_trust(S, bases[i]);
 }
 
 /* The reference's incremental upkeep: region r takes in evicted frontier storage s and o, the
@@ -526,6 +642,31 @@ static void log_event(St *S, i32 s, int by_policy) {
     S->log[S->log_n++] = by_policy;
 }
 
+/* Before the reverse regions downstream of s absorb it: which of them stay trusted. */
+static void evict_trust(St *S, i32 s) {
+    const u64 *ffr = row(S->fwd_fr, S, s), *ofr = row(S->rev_fr, S, s);
+    i32 seen = 0;
+    for (int w = 0; w < S->words; w++)
+        for (u64 d = ffr[w]; d; d &= d - 1) {
+            i32 x = (w << 6) + __builtin_ctzll(d);
+            if (!S->pinned[x] && S->rev_ok[x] && bget(row(S->rev_fr, S, x), s)) seen++;
+        }
+    if (seen != S->fr_refs[s]) /* a trusted region has s on its frontier but will not absorb it */
+        for (i32 x = 0; x < S->p->n_storages; x++)
+            if (S->rev_ok[x] && bget(row(S->rev_fr, S, x), s) && !bget(ffr, x)) rev_untrust(S, x);
+    int fresh_source = S->rev_ok[s];
+    for (int w = 0; w < S->words; w++)
+        for (u64 d = ffr[w]; d; d &= d - 1) {
+            i32 x = (w << 6) + __builtin_ctzll(d);
+            if (S->pinned[x] || !S->rev_ok[x]) continue;
+            const u64 *rfr = row(S->rev_fr, S, x);
+            if (!fresh_source || !bget(rfr, s)) { rev_untrust(S, x); continue; }
+            S->fr_refs[s]--; /* absorbing s: it leaves the frontier, its own frontier joins */
+            for (int v = 0; v < S->words; v++)
+                for (u64 e = ofr[v] & ~rfr[v]; e; e &= e - 1) S->fr_refs[(v << 6) + __builtin_ctzll(e)]++;
+        }
+}
+
 static void evict(St *S, i32 s, int by_policy) {
     const Prog *p = S->p;
     S->material[s] = 0;
@@ -550,11 +691,13 @@ static void evict(St *S, i32 s, int by_policy) {
                 if (!S->pinned[x]) region_absorb(S, 1, x, s);
             }
         const u64 *ffr = row(S->fwd_fr, S, s);
+        if (S->trust_on) evict_trust(S, s);
         for (int w = 0; w < S->words; w++)
             for (u64 d = ffr[w]; d; d &= d - 1) {
                 i32 x = (w << 6) + __builtin_ctzll(d);
                 if (!S->pinned[x]) region_absorb(S, 0, x, s);
             }
+        if (S->trust_on) rev_untrust(S, s);
         region_clear(S, 1, s);
         region_clear(S, 0, s);
     }
@@ -582,6 +725,15 @@ static int free_for(St *S, i64 need) {
 
 /* ---- computing ----------------------------------------------------------------------------- */
 
+/* An operator adds a tensor to storage s, which already exists: s gains inputs and compute, so
+ * its own reverse region and every reverse region holding it go stale. */
+static void alias_untrust(St *S, i32 s) {
+    rev_untrust(S, s);
+    if (S->material[s]) return; /* a trusted region holds only storages not in memory */
+    for (i32 x = 0; x < S->p->n_storages; x++)
+        if (S->rev_ok[x] && bget(row(S->rev_in, S, x), s)) rev_untrust(S, x);
+}
+
 static void create(St *S, i32 op) {
     const Prog *p = S->p;
     i32 start = p->op_out_start[op], n = p->op_n_out[op];
@@ -591,6 +743,7 @@ static void create(St *S, i32 op) {
         i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
         for (i32 k = t0; k < tn; k++)
             if (p->t_op[p->s_tensors[k]] == op) { seen = 1; break; }
+        if (!seen && S->s_live[s] && S->trust_on) alias_untrust(S, s);
         if (!seen) S->s_compute[s] += p->op_cost[op]; /* an operator counts once per storage */
         S->s_live[s]++;
         S->ref_ext[s]++;
@@ -647,6 +800,18 @@ static void compute(St *S, i32 t, int remat) {
             }
         }
         rebuild_regions(S, 1, S->aff_list, na);
+        if (S->trust_on) {
+            unsigned char leaf[64];
+            for (i32 k = 0; k < nrs; k++) {
+                const u64 *ri = row(S->rev_in, S, rs[k]);
+                leaf[k] = 1;
+                for (int w = 0; w < S->words && leaf[k]; w++) if (ri[w]) leaf[k] = 0;
+            }
+            i32 slow = 0;
+            for (i32 k = 0; k < nr; k++)
+                if (!rev_fast(S, S->aff_rev_list[k], rs, leaf, nrs)) S->aff_rev_list[slow++] = S->aff_rev_list[k];
+            nr = slow;
+        }
         rebuild_regions(S, 0, S->aff_rev_list, nr);
     }
     if (S->eq_on) {
@@ -717,6 +882,8 @@ static int materialize(St *S, i32 t0, int remat0) {
         i64 need = p->op_size[op];
         if (S->memory + need > S->budget && !free_for(S, need)) return S->nomem ? OUT_NOMEM : OUT_OOM;
         compute(S, t, S->fr_remat[f]);
+        if (S->check && S->trust_on) check_all(S);
+        if (S->stale) return OUT_STALE;
         for (i32 j = p->op_arg_ptr[op]; j < p->op_arg_ptr[op + 1]; j++) unlock(S, st_of(S, p->op_args[j]));
         S->undef_n = S->fr_undef_off[f];
         S->fr_n--;
@@ -748,7 +915,11 @@ static int run_schedule(St *S) {
                 if (r != OUT_OK) return r;
             }
             i32 s = st_of(S, x);
-            if (!S->pinned[s]) { lock(S, s); S->pinned[s] = 1; }
+            if (!S->pinned[s]) {
+                lock(S, s);
+                if (S->trust_on) rev_untrust(S, s);
+                S->pinned[s] = 1;
+            }
             break;
         }
         case 3: { /* release */
@@ -769,22 +940,39 @@ static void st_free(St *S) {
     void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
                     S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->fwd_in,
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
-                    S->aff_fwd, S->aff_rev, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
+                    S->aff_fwd, S->aff_rev, S->rev_ok, S->fr_refs, S->check_in, S->check_fr, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
                     S->fr_wait, S->undef, S->evicted_by_policy, S->log};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
 }
 
+/* Whether the storage graph (every edge, born or not) has no cycle: Kahn's algorithm, with
+ * `stack` and `indeg` as scratch of n_storages + 1 entries. */
+static int acyclic(const Prog *p, i32 *stack, i32 *indeg) {
+    i32 n = p->n_storages, top = 0, seen = 0;
+    memset(indeg, 0, sizeof(i32) * n);
+    for (i32 k = 0; k < p->f_ptr[n]; k++) indeg[p->f_list[k]]++;
+    for (i32 x = 0; x < n; x++) if (!indeg[x]) stack[top++] = x;
+    while (top) {
+        i32 x = stack[--top];
+        seen++;
+        for (i32 k = p->f_ptr[x]; k < p->f_ptr[x + 1]; k++)
+            if (!--indeg[p->f_list[k]]) stack[top++] = p->f_list[k];
+    }
+    memset(indeg, 0, sizeof(i32) * n);
+    return seen == n;
+}
+
 static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bufs", "budget", "num_kind", "den_size", "den_stale", "special", "eager",
-                             "regions", "eq", "remat_limit", "seed", "counts", "log", NULL};
+                             "regions", "eq", "remat_limit", "seed", "counts", "log", "check", NULL};
     PyObject *bufs, *counts = Py_None;
     long long budget, seed;
-    int num_kind, den_size, den_stale, special, eager, regions, eq, want_log = 0;
+    int num_kind, den_size, den_stale, special, eager, regions, eq, want_log = 0, check = 0;
     double remat_limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLiiiiiiidL|Op", kwlist, &bufs, &budget, &num_kind,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLiiiiiiidL|Opp", kwlist, &bufs, &budget, &num_kind,
                                      &den_size, &den_stale, &special, &eager, &regions, &eq,
-                                     &remat_limit, &seed, &counts, &want_log))
+                                     &remat_limit, &seed, &counts, &want_log, &check))
         return NULL;
     if (!PyTuple_Check(bufs) || PyTuple_GET_SIZE(bufs) != 21) {
         PyErr_SetString(PyExc_TypeError, "bufs must be a tuple of 21 arrays");
@@ -840,6 +1028,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     S.remat_limit = remat_limit;
     S.rng = (u64)seed;
     S.want_log = want_log;
+    S.check = check;
     S.clock = 1;
     S.pool_head = S.pool_tail = -1;
     i32 nt = P.n_tensors, ns = P.n_storages;
@@ -876,9 +1065,12 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
         S.touched = malloc(sizeof(i32) * (ns + 1));
         S.lab = calloc(ns + 1, sizeof(u64)); S.delta = calloc(ns + 1, sizeof(u64));
         S.pending = calloc(S.words, sizeof(u64));
+        S.rev_ok = calloc(ns + 1, 1); S.fr_refs = calloc(ns + 1, sizeof(i32));
+        S.check_in = calloc(S.words, sizeof(u64)); S.check_fr = calloc(S.words, sizeof(u64));
         ok = S.fwd_in && S.fwd_fr && S.rev_in && S.rev_fr && S.fwd_c && S.rev_c && S.fwd_dirty &&
              S.rev_dirty && S.aff_fwd && S.aff_rev && S.aff_list && S.aff_rev_list && S.touched &&
-             S.lab && S.delta && S.pending;
+             S.lab && S.delta && S.pending && S.rev_ok && S.fr_refs && S.check_in && S.check_fr;
+        S.trust_on = ok && acyclic(&P, S.dfs, S.mark);
     }
     if (!ok) {
         st_free(&S);
@@ -901,15 +1093,20 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     PyObject *result = NULL;
     if (outcome == OUT_NOMEM) {
         PyErr_NoMemory();
+    } else if (outcome == OUT_STALE) {
+        PyErr_Format(PyExc_AssertionError, "self-check: the trusted reverse-region state of storage %d is wrong at clock %lld",
+                     (int)(S.stale - 1), (long long)S.clock);
     } else {
         PyObject *log = want_log ? PyBytes_FromStringAndSize((const char *)S.log, (Py_ssize_t)(S.log_n * 8)) : Py_None;
         if (!want_log) Py_INCREF(Py_None);
         if (log)
-            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N}", "outcome", outcome,
+            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N}", "outcome", outcome,
                                    "clock_ns", (long long)S.clock, "remat_ns", (long long)S.remat_ns,
                                    "evictions", (long long)S.evictions, "eager_evictions",
                                    (long long)S.eager_evictions, "distinct_evicted", (long long)S.distinct,
                                    "peak_bytes", (long long)S.peak, "score_evals", (long long)S.evals,
+                                   "region_rebuilds", (long long)S.region_rebuilds,
+                                   "region_updates", (long long)S.region_updates,
                                    "log", log);
     }
     st_free(&S);

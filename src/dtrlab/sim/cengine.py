@@ -107,9 +107,14 @@ _OUTCOMES = {0: OK, 1: OOM, 2: REMAT_LIMIT}
 
 def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, runtime: Runtime,
                  remat_limit_ns: float = math.inf, seed: int = 0, counts: bool = False,
-                 log: bool = False) -> dict:
-    """One run on the compiled engine: the RunResult counters, plus per-storage counts and the
-    eviction log (clock_ns, storage, by_policy rows) when asked."""
+                 log: bool = False, engine_stats: bool = False, check: bool = False) -> dict:
+    """One run on the compiled engine: the RunResult counters, plus per-storage counts, the
+    eviction log (clock_ns, storage, by_policy rows) and the engine's own work when asked.
+
+    engine_stats adds `region_rebuilds` (e* regions traversed afresh) and `region_updates`
+    (trusted reverse regions updated in place instead; see _cengine.c). check compares every
+    trusted region with a fresh traversal after each step and raises AssertionError at the first
+    difference: slow, for tests."""
     num, den_size, den_stale, special = _SHAPES[policy.name]
     arrays = None
     if counts:
@@ -118,9 +123,12 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
                        den_size, den_stale, special, int(runtime.eager),
                        int(runtime.optimized and NEIGHBORHOOD in policy.needs),
                        int(runtime.optimized and EQ_CLASS in policy.needs),
-                       float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, log)
+                       float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, log, check)
     out["outcome"] = _OUTCOMES[out["outcome"]]
     raw_log = out.pop("log")
+    work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates")}
+    if engine_stats:
+        out.update(work)
     if counts:
         out["storage_counts"] = dict(zip(("policy_evictions", "eager_evictions", "rematerializations"), arrays))
     if log:
