@@ -419,6 +419,21 @@ static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 
     return 1;
 }
 
+/* Update the trusted reverse regions among `bases` now that rs became material; the others are
+ * moved to the front of `bases` and their number returned, for a full rebuild. */
+static i32 update_trusted(St *S, const i32 *rs, i32 nrs, i32 *bases, i32 n) {
+    unsigned char leaf[64];
+    for (i32 k = 0; k < nrs; k++) {
+        const u64 *ri = row(S->rev_in, S, rs[k]); /* just rebuilt */
+        leaf[k] = 1;
+        for (int w = 0; w < S->words && leaf[k]; w++) if (ri[w]) leaf[k] = 0;
+    }
+    i32 slow = 0;
+    for (i32 k = 0; k < n; k++)
+        if (!rev_fast(S, bases[k], rs, leaf, nrs)) bases[slow++] = bases[k];
+    return slow;
+}
+
 /* Rebuild the regions of `bases` (material) from scratch, in groups of 64. */
 static void rebuild_regions(St *S, int forward, const i32 *bases, i32 n) {
     S->region_rebuilds += n;
@@ -800,18 +815,7 @@ static void compute(St *S, i32 t, int remat) {
             }
         }
         rebuild_regions(S, 1, S->aff_list, na);
-        if (S->trust_on) {
-            unsigned char leaf[64];
-            for (i32 k = 0; k < nrs; k++) {
-                const u64 *ri = row(S->rev_in, S, rs[k]);
-                leaf[k] = 1;
-                for (int w = 0; w < S->words && leaf[k]; w++) if (ri[w]) leaf[k] = 0;
-            }
-            i32 slow = 0;
-            for (i32 k = 0; k < nr; k++)
-                if (!rev_fast(S, S->aff_rev_list[k], rs, leaf, nrs)) S->aff_rev_list[slow++] = S->aff_rev_list[k];
-            nr = slow;
-        }
+        if (S->trust_on) nr = update_trusted(S, rs, nrs, S->aff_rev_list, nr);
         rebuild_regions(S, 0, S->aff_rev_list, nr);
     }
     if (S->eq_on) {
@@ -1094,7 +1098,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     if (outcome == OUT_NOMEM) {
         PyErr_NoMemory();
     } else if (outcome == OUT_STALE) {
-        PyErr_Format(PyExc_AssertionError, "self-check: the trusted reverse-region state of storage %d is wrong at clock %lld",
+        PyErr_Format(PyExc_AssertionError,
+                     "self-check: the trusted reverse-region state of storage %d is wrong at clock %lld",
                      (int)(S.stale - 1), (long long)S.clock);
     } else {
         PyObject *log = want_log ? PyBytes_FromStringAndSize((const char *)S.log, (Py_ssize_t)(S.log_n * 8)) : Py_None;

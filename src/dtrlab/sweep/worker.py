@@ -106,6 +106,9 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # One worker a core already: numerical libraries' own thread pools would only compete.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
     return env
 
 
