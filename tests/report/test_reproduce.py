@@ -8,14 +8,16 @@ import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from dtrlab.report.claims import DEMONSTRATED, DIFFERS, HYPOTHESIS, NOT_APPLICABLE, REPRODUCED
-from dtrlab.report.pipeline import STORE_NAME, reproduce
+from dtrlab.report.pipeline import STORE_NAME, _explain_inversions, reproduce
 from dtrlab.sweep.store import Store
+from dtrlab.trace import load
 
 from conftest import TRACES, needs_shared
 
@@ -73,6 +75,23 @@ def test_public_quick_files_and_rerun(public, tmp_path):
     again = reproduce(str(TRACES), out, quick=True, workers=2, progress=False)
     assert len(pd.read_parquet(out / "results.parquet")) == before
     assert [c.verdict for c in again.claims] == [c.verdict for c in public.claims]
+
+
+@needs_shared
+def test_oom_replays_are_bounded_by_score_evaluations(public, tmp_path):
+    # A count from the store, not a time: what a report explains does not depend on the machine.
+    frame = public.frame
+    row = frame[(frame.trace == "resnet32") & (frame.policy == "dtr") & (frame.ratio == 0.104)].iloc[0]
+    evals = int(row.score_evals)
+    programs = {p.name: p for p in load(str(TRACES), ["resnet32", "unet"])}
+    cases, skipped = _explain_inversions(tmp_path / "a", public.curves, programs, frame,
+                                         replace(public.plan, max_explain_score_evals=evals))
+    assert 0.104 in {c.ratio for c in cases if c.trace == "resnet32"}
+    cases, skipped = _explain_inversions(tmp_path / "b", public.curves, programs, frame,
+                                         replace(public.plan, max_explain_score_evals=evals - 1))
+    assert 0.104 not in {c.ratio for c in cases if c.trace == "resnet32"}
+    assert (f"resnet32 dtr at ratio 0.104: {evals:,} score evaluations, past the plan's {evals - 1:,} "
+            "for a replay on the Python engine") in skipped
 
 
 def test_shipped_quick(shipped):

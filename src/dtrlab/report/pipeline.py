@@ -344,7 +344,8 @@ def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFra
                         plan: Plan) -> tuple[tuple[OomCase, ...], tuple[str, ...]]:
     """One OOM per inversion (every one of the subject policy's), the subject policy first,
     within the plan's count and per-run time limits."""
-    wall = {(r.trace, r.policy, int(r.budget_bytes)): float(r.wall_s) for r in frame.itertuples(index=False)}
+    evals = {(r.trace, r.policy, int(r.budget_bytes)): int(r.score_evals)
+             for r in frame.itertuples(index=False) if r.outcome == OOM}
     todo = []
     order = sorted(found.items(), key=lambda kv: (kv[0][1] != SUBJECT_POLICY, kv[0]))
     for (trace, policy), curve in order:
@@ -357,9 +358,10 @@ def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFra
         if len(cases) >= plan.max_oom_explanations:
             skipped.append(f"{what}: past the plan's {plan.max_oom_explanations} explanations")
             continue
-        if wall.get((trace, policy, run.budget_bytes), 0.0) > plan.max_explain_wall_s:
-            skipped.append(f"{what}: its compiled run took {wall[(trace, policy, run.budget_bytes)]:.1f} s, "
-                           "too long to replay on the Python engine")
+        n_evals = evals.get((trace, policy, run.budget_bytes), 0)
+        if n_evals > plan.max_explain_score_evals:
+            skipped.append(f"{what}: {n_evals:,} score evaluations, past the plan's "
+                           f"{plan.max_explain_score_evals:,} for a replay on the Python engine")
             continue
         program = by_name[trace]
         key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": policy, "seed": SEED}
