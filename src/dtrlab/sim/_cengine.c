@@ -794,27 +794,34 @@ static void compute(St *S, i32 t, int remat) {
     }
     if (S->regions_on) {
         /* the new storages' own regions, then every region whose edge they sit on; a pinned
-         * storage never enters the pool nor leaves memory, so nothing reads its regions again */
-        rebuild_regions(S, 1, rs, nrs);
+         * storage never enters the pool nor leaves memory, so nothing reads its regions again.
+         * A rebuild depends only on the state, not on the order: the new storages' forward
+         * regions and those of their producers' inputs share one labelled traversal. */
         rebuild_regions(S, 0, rs, nrs);
         memset(S->aff_fwd, 0, sizeof(u64) * S->words);
-        memset(S->aff_rev, 0, sizeof(u64) * S->words);
         for (i32 k = 0; k < nrs; k++) {
-            const u64 *rf = row(S->rev_fr, S, rs[k]), *ff = row(S->fwd_fr, S, rs[k]);
-            for (int w = 0; w < S->words; w++) { S->aff_fwd[w] |= rf[w]; S->aff_rev[w] |= ff[w]; }
+            const u64 *rf = row(S->rev_fr, S, rs[k]);
+            for (int w = 0; w < S->words; w++) S->aff_fwd[w] |= rf[w];
         }
+        for (i32 k = 0; k < nrs; k++) bclr(S->aff_fwd, rs[k]);
         i32 na = 0, nr = 0;
-        for (int w = 0; w < S->words; w++) {
+        for (i32 k = 0; k < nrs; k++) S->aff_list[na++] = rs[k];
+        for (int w = 0; w < S->words; w++)
             for (u64 d = S->aff_fwd[w]; d; d &= d - 1) {
                 i32 x = (w << 6) + __builtin_ctzll(d);
                 if (!S->pinned[x]) S->aff_list[na++] = x;
             }
+        rebuild_regions(S, 1, S->aff_list, na);
+        memset(S->aff_rev, 0, sizeof(u64) * S->words);
+        for (i32 k = 0; k < nrs; k++) {
+            const u64 *ff = row(S->fwd_fr, S, rs[k]);
+            for (int w = 0; w < S->words; w++) S->aff_rev[w] |= ff[w];
+        }
+        for (int w = 0; w < S->words; w++)
             for (u64 d = S->aff_rev[w]; d; d &= d - 1) {
                 i32 x = (w << 6) + __builtin_ctzll(d);
                 if (!S->pinned[x]) S->aff_rev_list[nr++] = x;
             }
-        }
-        rebuild_regions(S, 1, S->aff_list, na);
         if (S->trust_on) nr = update_trusted(S, rs, nrs, S->aff_rev_list, nr);
         rebuild_regions(S, 0, S->aff_rev_list, nr);
     }
