@@ -65,7 +65,7 @@ FULL = Plan(
     policies=PAPER_POLICIES,
     coarse_ratios=COARSE_RATIOS,
     # The LSTM's switches between 0.26 and 0.34 at 0.1 % steps, and the ResNet-32 inversion's window.
-    # The whole LSTM curve at 0.1 % steps takes about 2.5 min on 2 cores (`dtrlab sweep`; runs
+    # The whole LSTM curve at 0.1 % steps takes about 2 min on 2 cores (`dtrlab sweep`; runs
     # between 0.17 and 0.27 thrash), so the full plan scans the stretch the claims are about.
     windows={"lstm": "0.26:0.34:0.001", "resnet32": "0.090:0.120:0.001"},
     refine_policies=(SUBJECT_POLICY,),
