@@ -156,7 +156,7 @@ typedef struct {
     u64 *check_in, *check_fr; /* check: scratch rows */
     unsigned char *rev_ok; /* the stored reverse region equals a fresh traversal now */
     i32 *fr_refs;          /* per storage: trusted reverse regions with it on their frontier */
-    u64 *aff_fwd, *aff_rev;
+    u64 *aff; /* scratch: a union of frontiers */
     i32 *aff_list, *aff_rev_list, *touched;
     u64 *lab, *delta; /* per storage: the bases of a group that reach it, not yet expanded */
     u64 *pending;     /* storages waiting to be expanded (a bitset) */
@@ -354,20 +354,23 @@ static void check_all(St *S) {
     }
 }
 
+/* Add delta to the frontier count of every storage on b's reverse frontier. */
+static void count_frontier(St *S, i32 b, i32 delta) {
+    const u64 *fr = row(S->rev_fr, S, b);
+    for (int w = 0; w < S->words; w++)
+        for (u64 d = fr[w]; d; d &= d - 1) S->fr_refs[(w << 6) + __builtin_ctzll(d)] += delta;
+}
+
 static void rev_untrust(St *S, i32 b) {
     if (!S->rev_ok[b]) return;
     S->rev_ok[b] = 0;
-    const u64 *fr = row(S->rev_fr, S, b);
-    for (int w = 0; w < S->words; w++)
-        for (u64 d = fr[w]; d; d &= d - 1) S->fr_refs[(w << 6) + __builtin_ctzll(d)]--;
+    count_frontier(S, b, -1);
 }
 
 static void rev_trust(St *S, i32 b) {
     if (!S->trust_on || S->rev_ok[b] || S->pinned[b]) return;
     S->rev_ok[b] = 1;
-    const u64 *fr = row(S->rev_fr, S, b);
-    for (int w = 0; w < S->words; w++)
-        for (u64 d = fr[w]; d; d &= d - 1) S->fr_refs[(w << 6) + __builtin_ctzll(d)]++;
+    count_frontier(S, b, 1);
 }
 
 /* Whether storage c has a born consumer that is b or inside b's reverse region `in`. */
@@ -660,26 +663,24 @@ static void log_event(St *S, i32 s, int by_policy) {
 /* Before the reverse regions downstream of s absorb it: which of them stay trusted. */
 static void evict_trust(St *S, i32 s) {
     const u64 *ffr = row(S->fwd_fr, S, s), *ofr = row(S->rev_fr, S, s);
+    const i32 holders = S->fr_refs[s]; /* trusted regions with s on their frontier */
+    const int fresh_source = S->rev_ok[s];
     i32 seen = 0;
-    for (int w = 0; w < S->words; w++)
-        for (u64 d = ffr[w]; d; d &= d - 1) {
-            i32 x = (w << 6) + __builtin_ctzll(d);
-            if (!S->pinned[x] && S->rev_ok[x] && bget(row(S->rev_fr, S, x), s)) seen++;
-        }
-    if (seen != S->fr_refs[s]) /* a trusted region has s on its frontier but will not absorb it */
-        for (i32 x = 0; x < S->p->n_storages; x++)
-            if (S->rev_ok[x] && bget(row(S->rev_fr, S, x), s) && !bget(ffr, x)) rev_untrust(S, x);
-    int fresh_source = S->rev_ok[s];
     for (int w = 0; w < S->words; w++)
         for (u64 d = ffr[w]; d; d &= d - 1) {
             i32 x = (w << 6) + __builtin_ctzll(d);
             if (S->pinned[x] || !S->rev_ok[x]) continue;
             const u64 *rfr = row(S->rev_fr, S, x);
-            if (!fresh_source || !bget(rfr, s)) { rev_untrust(S, x); continue; }
+            int holds = bget(rfr, s);
+            seen += holds;
+            if (!fresh_source || !holds) { rev_untrust(S, x); continue; }
             S->fr_refs[s]--; /* absorbing s: it leaves the frontier, its own frontier joins */
             for (int v = 0; v < S->words; v++)
                 for (u64 e = ofr[v] & ~rfr[v]; e; e &= e - 1) S->fr_refs[(v << 6) + __builtin_ctzll(e)]++;
         }
+    if (seen != holders) /* a trusted region has s on its frontier but will not absorb it */
+        for (i32 x = 0; x < S->p->n_storages; x++)
+            if (S->rev_ok[x] && bget(row(S->rev_fr, S, x), s) && !bget(ffr, x)) rev_untrust(S, x);
 }
 
 static void evict(St *S, i32 s, int by_policy) {
@@ -766,6 +767,23 @@ static void create(St *S, i32 op) {
     S->ops_created = op + 1;
 }
 
+/* Append to list (after its n entries) every storage on the frontier, in fr_base, of one of rs
+ * that is neither pinned nor one of rs; returns the new length. */
+static i32 frontier_members(St *S, const u64 *fr_base, const i32 *rs, i32 nrs, i32 *list, i32 n) {
+    memset(S->aff, 0, sizeof(u64) * S->words);
+    for (i32 k = 0; k < nrs; k++) {
+        const u64 *fr = fr_base + (size_t)rs[k] * S->words;
+        for (int w = 0; w < S->words; w++) S->aff[w] |= fr[w];
+    }
+    for (i32 k = 0; k < nrs; k++) bclr(S->aff, rs[k]);
+    for (int w = 0; w < S->words; w++)
+        for (u64 d = S->aff[w]; d; d &= d - 1) {
+            i32 x = (w << 6) + __builtin_ctzll(d);
+            if (!S->pinned[x]) list[n++] = x;
+        }
+    return n;
+}
+
 static void compute(St *S, i32 t, int remat) {
     const Prog *p = S->p;
     i32 op = p->t_op[t], start = p->op_out_start[op], n = p->op_n_out[op];
@@ -798,30 +816,10 @@ static void compute(St *S, i32 t, int remat) {
          * A rebuild depends only on the state, not on the order: the new storages' forward
          * regions and those of their producers' inputs share one labelled traversal. */
         rebuild_regions(S, 0, rs, nrs);
-        memset(S->aff_fwd, 0, sizeof(u64) * S->words);
-        for (i32 k = 0; k < nrs; k++) {
-            const u64 *rf = row(S->rev_fr, S, rs[k]);
-            for (int w = 0; w < S->words; w++) S->aff_fwd[w] |= rf[w];
-        }
-        for (i32 k = 0; k < nrs; k++) bclr(S->aff_fwd, rs[k]);
-        i32 na = 0, nr = 0;
-        for (i32 k = 0; k < nrs; k++) S->aff_list[na++] = rs[k];
-        for (int w = 0; w < S->words; w++)
-            for (u64 d = S->aff_fwd[w]; d; d &= d - 1) {
-                i32 x = (w << 6) + __builtin_ctzll(d);
-                if (!S->pinned[x]) S->aff_list[na++] = x;
-            }
+        memcpy(S->aff_list, rs, sizeof(i32) * nrs);
+        i32 na = frontier_members(S, S->rev_fr, rs, nrs, S->aff_list, nrs);
         rebuild_regions(S, 1, S->aff_list, na);
-        memset(S->aff_rev, 0, sizeof(u64) * S->words);
-        for (i32 k = 0; k < nrs; k++) {
-            const u64 *ff = row(S->fwd_fr, S, rs[k]);
-            for (int w = 0; w < S->words; w++) S->aff_rev[w] |= ff[w];
-        }
-        for (int w = 0; w < S->words; w++)
-            for (u64 d = S->aff_rev[w]; d; d &= d - 1) {
-                i32 x = (w << 6) + __builtin_ctzll(d);
-                if (!S->pinned[x]) S->aff_rev_list[nr++] = x;
-            }
+        i32 nr = frontier_members(S, S->fwd_fr, rs, nrs, S->aff_rev_list, 0);
         if (S->trust_on) nr = update_trusted(S, rs, nrs, S->aff_rev_list, nr);
         rebuild_regions(S, 0, S->aff_rev_list, nr);
     }
@@ -951,7 +949,7 @@ static void st_free(St *S) {
     void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
                     S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->fwd_in,
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
-                    S->aff_fwd, S->aff_rev, S->rev_ok, S->fr_refs, S->check_in, S->check_fr, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
+                    S->aff, S->rev_ok, S->fr_refs, S->check_in, S->check_fr, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
                     S->fr_wait, S->undef, S->evicted_by_policy, S->log};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
@@ -1071,7 +1069,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
         S.rev_in = calloc(cells, sizeof(u64)); S.rev_fr = calloc(cells, sizeof(u64));
         S.fwd_c = calloc(ns + 1, sizeof(i64)); S.rev_c = calloc(ns + 1, sizeof(i64));
         S.fwd_dirty = calloc(ns + 1, 1); S.rev_dirty = calloc(ns + 1, 1);
-        S.aff_fwd = calloc(S.words, sizeof(u64)); S.aff_rev = calloc(S.words, sizeof(u64));
+        S.aff = calloc(S.words, sizeof(u64));
         S.aff_list = malloc(sizeof(i32) * (ns + 1)); S.aff_rev_list = malloc(sizeof(i32) * (ns + 1));
         S.touched = malloc(sizeof(i32) * (ns + 1));
         S.lab = calloc(ns + 1, sizeof(u64)); S.delta = calloc(ns + 1, sizeof(u64));
@@ -1079,7 +1077,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
         S.rev_ok = calloc(ns + 1, 1); S.fr_refs = calloc(ns + 1, sizeof(i32));
         S.check_in = calloc(S.words, sizeof(u64)); S.check_fr = calloc(S.words, sizeof(u64));
         ok = S.fwd_in && S.fwd_fr && S.rev_in && S.rev_fr && S.fwd_c && S.rev_c && S.fwd_dirty &&
-             S.rev_dirty && S.aff_fwd && S.aff_rev && S.aff_list && S.aff_rev_list && S.touched &&
+             S.rev_dirty && S.aff && S.aff_list && S.aff_rev_list && S.touched &&
              S.lab && S.delta && S.pending && S.rev_ok && S.fr_refs && S.check_in && S.check_fr;
         S.trust_on = ok && acyclic(&P, S.dfs, S.mark);
     }
