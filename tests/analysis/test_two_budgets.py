@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from cases import chain_program, synthetic_program
-from conftest import TRACES, needs_shared, public_program
+from conftest import TRACES, needs_compiled, needs_shared, public_program
 from typer.testing import CliRunner
 
 from dtrlab.analysis.ablation import ablate
@@ -21,9 +21,8 @@ from dtrlab.errors import UsageError
 from dtrlab.sim.cengine import run_compiled
 from dtrlab.sim.policies import get_policy
 from dtrlab.sim.runtimes import get_runtime
-from dtrlab.sim.simulate import baseline, compiled_available, simulate
+from dtrlab.sim.simulate import baseline, simulate
 
-needs_c = pytest.mark.skipif(not compiled_available(), reason="the compiled engine is not built")
 
 
 def small(seed):
@@ -65,7 +64,7 @@ def test_bisect_chain_finds_the_exact_byte():
     assert b.adjacent
 
 
-@needs_c
+@needs_compiled
 @pytest.mark.parametrize("seed", range(3))
 def test_bisect_agrees_with_brute_force(seed):
     p = small(seed)
@@ -83,7 +82,7 @@ def test_bisect_agrees_with_brute_force(seed):
     assert len(found.boundaries) % 2 == (truth[lo] != truth[hi])
 
 
-@needs_c
+@needs_compiled
 @pytest.mark.parametrize("seed", range(6))
 def test_diverge_matches_both_eviction_logs(seed):
     p = small(seed)
