@@ -93,6 +93,16 @@ def public_program(name: str):
 
 
 @functools.lru_cache(maxsize=None)
+def _goldens() -> dict:
+    return json.loads((Path(__file__).parent / "goldens.json").read_text())
+
+
+def golden(name: str) -> dict:
+    """A pinned figure from tests/goldens.json, which says where each came from."""
+    return _goldens()[name]
+
+
+@functools.lru_cache(maxsize=None)
 def parity_rows() -> tuple[dict, ...]:
     with open(REFERENCE / "parity.jsonl") as f:
         return tuple(json.loads(line) for line in f if line.strip())
