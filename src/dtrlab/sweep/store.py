@@ -141,9 +141,12 @@ class Store:
         if "meta" not in tables:
             raise foreign
         try:
-            row = self._con.execute("SELECT app, schema_version FROM meta").fetchone()
+            # fetchall, not fetchone: DuckDB refuses other work (register) on a connection whose
+            # last result was not read to its end.
+            rows = self._con.execute("SELECT app, schema_version FROM meta").fetchall()
         except duckdb.Error:
             raise foreign from None
+        row = rows[0] if rows else None
         if row is None or row[0] != APP:
             raise foreign
         version = row[1]
