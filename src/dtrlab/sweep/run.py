@@ -113,29 +113,49 @@ def summary_table(summary: SweepSummary) -> Table:
 
 
 class _Stopped(KeyboardInterrupt):
-    """A stop signal other than SIGINT, raised where Ctrl-C raises KeyboardInterrupt."""
+    """A stop signal, raised where Ctrl-C raises KeyboardInterrupt."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
-@contextmanager
-def _stop_signals_interrupt() -> Iterator[None]:
-    """While a sweep runs, SIGTERM interrupts it as Ctrl-C does (only the main thread has signals)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _StopSignals:
+    """While a sweep runs, SIGINT and SIGTERM stop it; one that arrives while a result is being
+    stored waits until it is stored and counted, so that the summary counts what the store has."""
 
-    def stop(signum, frame):
-        raise _Stopped(signum)
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending: int | None = None
 
-    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS if s != signal.SIGINT}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    def _handle(self, signum, frame) -> None:
+        if self.holding:
+            self.pending = signum
+        else:
+            raise _Stopped(signum)
+
+    @contextmanager
+    def installed(self) -> Iterator["_StopSignals"]:
+        # Only the main thread receives signals; elsewhere Ctrl-C stays a KeyboardInterrupt.
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.pending is not None:
+            raise _Stopped(self.pending)
 
 
 def interrupted_exit_status(stop_signal: int) -> int:
@@ -178,10 +198,11 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
             with _progress(err, progress) as bar:
                 task = bar.add_task(f"sweep ({ex.workers} {ex.name} workers)", total=len(todo))
                 try:
-                    with _stop_signals_interrupt():
+                    with _StopSignals().installed() as stops:
                         for done in ex.run(todo, timeout_s):
-                            opened.put(done.spec, done.result, done.wall_s, timeout_s=timeout_s)
-                            finished.add(done.spec.key)
+                            with stops.held():
+                                opened.put(done.spec, done.result, done.wall_s, timeout_s=timeout_s)
+                                finished.add(done.spec.key)
                             bar.advance(task)
                 except _Stopped as stop:
                     stop_signal = stop.signum
