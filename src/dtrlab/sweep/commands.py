@@ -148,7 +148,8 @@ def export_results(
 
 
 def salvage_results(
-    store: str = typer.Option(..., "--store", "-s", metavar="FILE", help="The damaged DuckDB results file (only read)."),
+    store: str = typer.Option(..., "--store", "-s", metavar="FILE",
+                              help="The damaged DuckDB results file (only read)."),
     out: str = typer.Option(..., "--out", "-o", metavar="NEW", help="The new store to write (must not exist)."),
 ) -> None:
     """Copy every run that can still be read from a store whose write-ahead log is damaged into a new store."""

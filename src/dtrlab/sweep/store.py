@@ -116,7 +116,7 @@ def _reason(error: Exception) -> str:
     return message.removeprefix("IO Error: ")
 
 
-def damaged_log_error(path: Path, reason: str) -> UsageError:
+def _damaged_log_error(path: Path, reason: str) -> UsageError:
     return UsageError(f"{path}: its write-ahead log {wal_path(path).name} is damaged ({reason}); both "
                       f"files were left as they are. `dtrlab results salvage --store {path} --out NEW.duckdb` "
                       "copies every run that can still be read into a new store")
@@ -130,7 +130,7 @@ def _fault(path: Path, error: duckdb.Error) -> UsageError | None:
     if reason.startswith("The file") and reason.endswith(_NOT_DUCKDB + "!"):
         return UsageError(f"{path}: not a dtrlab results store (not a DuckDB file); pick another --store")
     if reason.startswith(_DAMAGED_LOG):
-        return damaged_log_error(path, reason.split('": ', 1)[-1])
+        return _damaged_log_error(path, reason.split('": ', 1)[-1])  # without DuckDB's path of the log
     if reason.startswith(_DAMAGED_FILE):
         return UsageError(f"{path}: the results store is damaged ({reason}); it was left as it is. "
                           "Restore it from a backup, or sweep into a new --store")
@@ -167,7 +167,7 @@ def _check_log(path: Path) -> None:
         return
     layout = wal_layout(data) if data else None
     if layout is not None and not layout.whole:
-        raise damaged_log_error(path, f"its entries stop at byte {layout.cut_at} of {layout.size_bytes}, "
+        raise _damaged_log_error(path, f"its entries stop at byte {layout.cut_at} of {layout.size_bytes}, "
                                       "and DuckDB would drop the rest")
 
 
