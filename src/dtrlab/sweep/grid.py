@@ -14,7 +14,7 @@ from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from typing import Iterable, Sequence
 
-from .. import __version__
+from ..semantics import SEMANTICS_VERSION
 from ..errors import UsageError
 from ..sim.policies import get_policy
 from ..sim.result import OK, TIMEOUT
@@ -157,7 +157,7 @@ class RunSpec:
     """One run of a sweep: which trace (by content), policy, runtime, budget and options.
 
     `key` identifies the result: it hashes what decides it, so the same run under another
-    path, ratio spelling or engine is the same key, and a new dtrlab version is a new one.
+    path, ratio spelling or engine is the same key, and a new semantics version is a new one.
     """
 
     trace: str
@@ -179,7 +179,7 @@ class RunSpec:
             "runtime": self.runtime,
             "options": {"overhead_limit": self.overhead_limit, "seed": self.seed},
             "budget_bytes": self.budget_bytes,
-            "dtrlab_version": __version__,
+            "semantics": SEMANTICS_VERSION,
         }, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -1,0 +1,12 @@
+"""The semantics version: what every stored result (a results-store row, a report memo, a cached
+lowered program) is keyed by, so that nothing computed by older code is ever served as current.
+
+Bump SEMANTICS_VERSION with any change that can change a result: the lowering of a trace, an engine's
+decisions or counters, a policy's score, an analysis's output. tests/test_semantics.py recomputes a
+fingerprint of such results and fails when it changes without a bump (or a bump comes without a new
+fingerprint); its message says what to do.
+"""
+
+from __future__ import annotations
+
+SEMANTICS_VERSION = 1
