@@ -103,3 +103,27 @@ def peak_gaps(path: str | Path, sha256s: set[str] | None = None) -> tuple[PeakGa
         if sha256s is None or text.sha256 in sha256s:
             out.append(peak_gap(text, recorded))
     return tuple(out)
+
+
+def measure_zoo() -> list[PeakGap]:  # pragma: no cover - minutes on a CPU; the docs' table
+    """Capture every zoo model at its default sizes (torch, CPU) and measure its three peaks."""
+    import torch
+
+    from .recorder import record
+    from .save import to_text
+    from .zoo import ZOO
+
+    torch.manual_seed(0)
+    out = []
+    for name, model in ZOO.items():
+        step = model.make(device="cpu")
+        step()  # warm-up: lazily made buffers are not part of the step
+        capture = record(step)
+        out.append(peak_gap(to_text(capture, name), capture.peak_bytes))
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for g in measure_zoo():
+        print(f"{g.trace}: {sum(g.mutates.values())} MUTATEs, recorder {g.recorded_peak_bytes:,} B, simulated "
+              f"{g.simulated_peak_bytes:,} B ({g.gap_percent:.1f}%), in place {g.in_place_peak_bytes:,} B")
