@@ -7,7 +7,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
 from dtrlab.capture.recorder import record, record_median  # noqa: E402
-from dtrlab.capture.save import save, to_program  # noqa: E402
+from dtrlab.capture.peakgap import peak_gap  # noqa: E402
+from dtrlab.capture.save import save, to_program, to_text  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
 from dtrlab.sim.simulate import baseline, simulate  # noqa: E402
 from dtrlab.trace import load  # noqa: E402
@@ -65,6 +66,10 @@ def test_zoo_model_captures_at_a_tiny_size(name):
     assert capture.peak_bytes <= peak <= capture.peak_bytes + capture.mutated_bytes
     if capture.mutated_bytes == 0:
         assert peak == capture.peak_bytes
+    # The whole gap is MUTATE's copy: written in place, the trace peaks exactly where the recorder did.
+    gap = peak_gap(to_text(capture, name), capture.peak_bytes)
+    assert gap.simulated_peak_bytes == peak
+    assert gap.in_place_peak_bytes == capture.peak_bytes
     result = simulate(program, None)
     assert result.outcome == "ok" and result.evictions == 0
     tight = simulate(program, int(peak * 0.8))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import dtrlab
+from dtrlab.capture.peakgap import in_place, peak_gaps
 from dtrlab.sim.simulate import baseline, simulate
-from dtrlab.trace import load
+from dtrlab.trace import load, open_source
+from dtrlab.trace.read import Call, Constant, Memory, Mutate, read_trace
 
 SHIPPED = Path(dtrlab.__file__).parent / "data" / "traces"
 
@@ -22,3 +27,59 @@ def test_shipped_traces_match_their_manifest():
         assert baseline(program).peak_bytes == entry["simulated_peak_bytes"]
         assert entry["recorded_peak_bytes"] <= entry["simulated_peak_bytes"]
         assert simulate(program, None).evictions == 0
+
+
+def _manifest() -> dict:
+    return {m["model"]: m for m in json.loads((SHIPPED / "manifest.json").read_text())["models"]}
+
+
+def test_mutate_in_place_gives_the_recorders_peak():
+    # The recorder measured its peak on the live storages when the traces were captured; the
+    # trace format's MUTATE (a new copy of the written storage) is the whole difference.
+    manifest = _manifest()
+    gaps = {g.trace: g for g in peak_gaps(SHIPPED)}
+    assert sorted(gaps) == sorted(manifest)
+    for name, g in gaps.items():
+        assert g.recorded_peak_bytes == manifest[name]["recorded_peak_bytes"]
+        assert g.simulated_peak_bytes == manifest[name]["simulated_peak_bytes"]
+        assert g.in_place_peak_bytes == g.recorded_peak_bytes, name
+    lstm = gaps["lstm"]
+    assert (lstm.recorded_peak_bytes, lstm.simulated_peak_bytes) == (7_905_284, 10_854_404)
+    assert round(lstm.gap_percent) == 37
+    assert set(lstm.mutates) >= {"aten.sigmoid_.default", "aten.tanh_.default"}
+
+
+def test_in_place_rewrite_keeps_every_operator():
+    (source,) = [s for s in open_source(SHIPPED) if s.name == "lstm"]
+    text = read_trace(source)
+    rewritten = in_place(text.instructions)
+    ops = [(x.name, x.args) for x in text.instructions if isinstance(x, (Call, Mutate))]
+    assert [(x.name, x.args) for x in rewritten if isinstance(x, (Call, Mutate))] == ops
+    assert not any(isinstance(x, Mutate) for x in rewritten)
+
+
+def test_manifest_descriptions_are_the_zoos_words_for_the_shipped_sizes():
+    pytest.importorskip("torch", reason="the zoo needs torch (pip install -e '.[capture]')")
+    from dtrlab.capture.ship import SHIPPED_SIZES
+    from dtrlab.capture.zoo import ZOO
+
+    for name, entry in _manifest().items():
+        sizes = {k: tuple(v) if isinstance(v, list) else v for k, v in entry["shapes"].items()}
+        assert sizes == SHIPPED_SIZES[name]
+        assert entry["description"] == ZOO[name].description(**sizes)
+    assert "input 128, hidden 256, 32 steps" in _manifest()["lstm"]["description"]
+
+
+def test_lstm_shapes_are_what_its_trace_holds():
+    # Independent of the zoo: the constants' bytes are the parameters and data at those shapes.
+    shapes = _manifest()["lstm"]["shapes"]
+    batch, d_in, hidden, seq = shapes["batch"], shapes["input_size"], shapes["hidden"], shapes["seq"]
+    (source,) = [s for s in open_source(SHIPPED) if s.name == "lstm"]
+    ins = read_trace(source).instructions
+    constants = {x.name for x in ins if isinstance(x, Constant)}
+    sizes = {x.size_bytes for x in ins if isinstance(x, Memory) and x.name in constants}
+    fp32 = 4
+    assert sizes == {4 * hidden * fp32,  # the bias
+                     seq * batch * d_in * fp32, seq * batch * hidden * fp32,  # input and target
+                     4 * hidden * d_in * fp32, 4 * hidden * hidden * fp32}  # the two weight matrices
+    assert Counter(x.name for x in ins if isinstance(x, Call))["aten.unsafe_split.Tensor"] == seq  # a cell a step

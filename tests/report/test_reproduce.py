@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
+from html import escape, unescape
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import dtrlab
+
+from dtrlab.analysis.feasibility import inversions
+from dtrlab.analysis.regimes import switches
+from dtrlab.analysis.runs import runs_of as store_runs
+from dtrlab.errors import TraceError
+from dtrlab.report import plots
 from dtrlab.report.claims import DEMONSTRATED, DIFFERS, HYPOTHESIS, NOT_APPLICABLE, REPRODUCED
+from dtrlab.report.findings import MAX_LISTED
 from dtrlab.report.pipeline import STORE_NAME, _explain_inversions, reproduce
+from dtrlab.report.plan import FULL, QUICK, SUBJECT_POLICY, SWITCH_FACTOR
+from dtrlab.report.study import FETCH_AND_REPRODUCE
 from dtrlab.sweep.store import Store
 from dtrlab.trace import load
 
 from conftest import TRACES, needs_shared, require_shared
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+TINY = Path(dtrlab.__file__).parent / "data" / "examples" / "tiny.jsonl"
+SHIPPED = Path(dtrlab.__file__).parent / "data" / "traces"
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +81,9 @@ def test_public_quick_files_and_rerun(public, tmp_path):
     frame = pd.read_parquet(out / "results.parquet")
     with Store(out / STORE_NAME, read_only=True) as store:
         assert len(store) == len(frame) >= len(public.frame)
-    assert set(frame["policy"]) >= {"dtr", "msps", "lru"} and set(frame["trace"]) == {"resnet32", "unet"}
+    # The quick plan's traces: the three smallest public ones (by operators), whatever their names.
+    assert set(frame["policy"]) >= {"dtr", "msps", "lru"}
+    assert set(frame["trace"]) == {"unet", "resnet32", "inceptionv4"}
     summary = (out / "summary.md").read_text()
     assert "| (b1) ResNet-32" in summary and "**reproduced**" in summary
     # A second run finds every run in the store and simulates nothing new.
@@ -82,7 +99,7 @@ def test_oom_replays_are_bounded_by_score_evaluations(public, tmp_path):
     frame = public.frame
     row = frame[(frame.trace == "resnet32") & (frame.policy == "dtr") & (frame.ratio == 0.104)].iloc[0]
     evals = int(row.score_evals)
-    programs = {p.name: p for p in load(str(TRACES), ["resnet32", "unet"])}
+    programs = {p.name: p for p in load(str(TRACES), ["resnet32", "unet", "inceptionv4"])}
     cases, skipped = _explain_inversions(tmp_path / "a", public.curves, programs, frame,
                                          replace(public.plan, max_explain_score_evals=evals))
     assert 0.104 in {c.ratio for c in cases if c.trace == "resnet32"}
@@ -129,14 +146,29 @@ def test_figures_valid(public):
     assert on_disk == sorted(f"{n}.{e}" for n in figs for e in ("png", "svg"))
 
 
-def test_cli_reproduce_shipped(shipped, tmp_path):
-    # The shipped fixture's folder: every run is in its store, so the command simulates nothing new.
+def _report_files(out: Path) -> dict:
+    files = [out / "report.html", out / "summary.md", *sorted((out / "figures").iterdir())]
+    return {p.relative_to(out): p.read_bytes() for p in files}
+
+
+def test_cli_rerun_simulates_nothing_and_writes_the_same_bytes(shipped, tmp_path):
+    # The shipped fixture's folder: every run is in its store, so the command simulates nothing new,
+    # says so, and writes the same report, summary and figures, byte for byte.
     out = shipped.out_dir
+    before = _report_files(out)
+    assert shipped.new_runs == len(shipped.frame) > 0
     proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", "--quick", "--out", str(out),
                            "--workers", "2"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "claims of the study" in proc.stdout
+    text = " ".join(proc.stdout.split())
+    assert "claims of the study" in text
+    assert f"0 new runs: every one of the {len(shipped.frame):,} runs was in the store" in text
     assert str(out / "report.html") in proc.stdout.replace("\n", "")
+    after = _report_files(out)
+    assert sorted(after) == sorted(before)
+    assert [name for name in before if before[name] != after[name]] == []
+    record = json.loads((out / "run.json").read_text())
+    assert record["new_runs"] == 0 and record["runs"] == len(shipped.frame)
     bad = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("dtrlab: ") and "Traceback" not in bad.stderr
@@ -161,3 +193,147 @@ def test_report_in_headless_chromium(public, tmp_path):
     dom = subprocess.run(common + ["--dump-dom", page], capture_output=True, text=True, timeout=120).stdout
     n = len(public.figures)
     assert f'data-figures="loaded:{n}"' in dom, dom[-500:]
+
+
+# --- the first screen, the quick plan, reproducible bytes -------------------------------------
+
+
+def _section(html: str, start: str, end: str) -> str:
+    i, j = html.index(start), html.index(end)
+    assert i < j, (start, end)
+    return html[i:j]
+
+
+def _table_rows(html: str, cls: str) -> list[list[str]]:
+    table = re.search(rf'<table class="{cls}">(.*?)</table>', html, re.S).group(1)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S) for tr in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    return [[unescape(c).strip() for c in row] for row in rows if row]
+
+
+def _expected_found(repro) -> tuple[list, list]:
+    """Counts and listed rows of the first screen, computed here from the stored runs alone."""
+    frame = pd.read_parquet(repro.out_dir / "results.parquet")
+    counts, listed = [], []
+    for info in repro.traces:
+        rows = frame[(frame.trace == info["name"]) & (frame.policy == SUBJECT_POLICY)]
+        runs = store_runs(rows)
+        sw = sorted(switches(runs, SWITCH_FACTOR), key=lambda s: (-s.factor, s.lo.budget_bytes))
+        inv = inversions(runs)
+        counts.append([info["name"], f"{info['operators']:,}", str(len(sw)),
+                       f"{sw[0].factor:.2f}x" if sw else "-", str(len(inv))])
+        listed += [[info["name"], "switch", f"{s.lo.ratio:g}", f"{s.lo.overhead:.3f}", f"{s.hi.ratio:g}",
+                    f"{s.hi.overhead:.3f}", f"{s.factor:.2f}x"] for s in sw[:MAX_LISTED]]
+        listed += [[info["name"], "inversion", f"{i.last_feasible.ratio:g}", f"{i.last_feasible.overhead:.3f}",
+                    f"{i.next_feasible.ratio:g}", f"{i.next_feasible.overhead:.3f}", "-"] for i in inv[:MAX_LISTED]]
+    return counts, listed
+
+
+def _check_first_screen(repro) -> list:
+    html = (repro.out_dir / "report.html").read_text()
+    # The findings come first, the claims after them.
+    first = _section(html, '<h2 id="found">', "<h2>Claims of the study</h2>")
+    assert html.index("<h2") == html.index('<h2 id="found">')
+    counts, listed = _expected_found(repro)
+    assert _table_rows(first, "found-counts") == counts
+    assert listed, "these traces show a switch or an inversion: the first screen must name it"
+    assert [row[:7] for row in _table_rows(first, "found-list")] == listed
+    return listed
+
+
+def test_first_screen_names_what_the_analyses_find_on_the_shipped_traces(shipped):
+    listed = _check_first_screen(shipped)
+    assert any(row[1] == "switch" for row in listed)
+    html = (shipped.out_dir / "report.html").read_text()
+    first = _section(html, '<h2 id="found">', "<h2>Claims of the study</h2>")
+    # The study's traces are not here: one line says how to get them and reproduce its claims.
+    assert f"<code>{escape(FETCH_AND_REPRODUCE)}</code>" in first
+    # The claims table stays, lower down, one row a claim.
+    claims = html[html.index("<h2>Claims of the study</h2>"):]
+    assert claims.count("not applicable to these traces") >= len(shipped.claims)
+    summary = (shipped.out_dir / "summary.md").read_text()
+    assert summary.index("## What dtrlab found") < summary.index("## Claims of the study")
+    assert FETCH_AND_REPRODUCE in summary
+
+
+@needs_shared
+def test_first_screen_names_the_public_resnet32_inversion(public):
+    listed = _check_first_screen(public)
+    assert ["resnet32", "inversion", "0.101"] == listed[[r[0] for r in listed].index("resnet32")][:3]
+
+
+def test_report_states_the_recorder_peak_gap(shipped):
+    # The manifest's figures were measured when the traces were captured: the recorder's peak, and
+    # the simulated one then. The report's in-place column must come back to the recorder's.
+    manifest = {m["model"]: m for m in json.loads((SHIPPED / "manifest.json").read_text())["models"]}
+    html = (shipped.out_dir / "report.html").read_text()
+    rows = {r[0]: r for r in _table_rows(html, "peaks")}
+    assert sorted(rows) == sorted(t["name"] for t in shipped.traces)
+    for name, row in rows.items():
+        recorded, simulated = manifest[name]["recorded_peak_bytes"], manifest[name]["simulated_peak_bytes"]
+        assert row[2:4] == [f"{recorded:,}", f"{simulated:,}"]
+        assert row[5] == f"{recorded:,}", name
+    assert rows["lstm"][4] == f"{100 * (10_854_404 - 7_905_284) / 7_905_284:.1f}%"
+    assert "exactly the recorder's on every one of these traces" in html
+
+
+def test_a_plan_does_not_choose_traces_by_file_name(tmp_path):
+    # The same bytes as tiny.jsonl and as resnet32-tiny.jsonl: the same study, --quick or not.
+    for name in ("tiny.jsonl", "resnet32-tiny.jsonl"):
+        (tmp_path / name.split(".")[0]).mkdir()
+        shutil.copy(TINY, tmp_path / name.split(".")[0] / name)
+    plain = reproduce(str(tmp_path / "tiny" / "tiny.jsonl"), tmp_path / "out-a", quick=True, workers=1, progress=False)
+    named = reproduce(str(tmp_path / "resnet32-tiny" / "resnet32-tiny.jsonl"), tmp_path / "out-b", quick=True,
+                      workers=1, progress=False)
+    assert len(plain.frame) == len(named.frame) > 0
+    assert sorted(plain.frame["key"]) == sorted(named.frame["key"])
+    assert set(plain.frame["policy"]) == set(QUICK.policies)
+    # Named like the study's trace, it is still not the study's: recognised by content.
+    assert all(c.verdict.startswith(NOT_APPLICABLE) for c in named.claims)
+    proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", str(tmp_path / "tiny" / "tiny.jsonl"),
+                           "--out", str(tmp_path / "out-full"), "--workers", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    full = pd.read_parquet(tmp_path / "out-full" / "results.parquet")
+    assert set(full["policy"]) >= set(FULL.policies)
+
+
+def test_quick_plan_takes_the_smallest_traces_and_always_one(tmp_path):
+    (tiny,) = load(TINY, cache=False)
+    assert replace(QUICK, max_total_operators=1).choose([tiny]) == [tiny]
+    if TRACES.is_dir():
+        programs = load(str(TRACES))
+        chosen = QUICK.choose(programs)
+        rest = [p for p in programs if p not in chosen]
+        assert sum(p.n_ops for p in chosen) <= QUICK.max_total_operators
+        assert max(p.n_ops for p in chosen) <= min(p.n_ops for p in rest)
+        assert sum(p.n_ops for p in chosen) + min(p.n_ops for p in rest) > QUICK.max_total_operators
+        assert [p.name for p in chosen] == [p.name for p in programs if p in chosen]  # the source's order
+
+
+def test_a_failed_reproduce_leaves_no_empty_folder(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    lines = TINY.read_text().splitlines()
+    bad.write_text("\n".join(lines[:3] + ['{"INSTRUCTION": "RELEASE"}'] + lines[3:]) + "\n")
+    out = tmp_path / "never"
+    proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", str(bad), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    # Progress lines may come first; the error is one line, the last.
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"dtrlab: {bad}:4: ")
+    assert not out.exists()
+    # A folder the user made is theirs: it stays.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    with pytest.raises(TraceError):
+        reproduce(str(bad), mine, quick=True, workers=1, progress=False)
+    assert mine.is_dir()
+
+
+def test_the_same_figure_gives_the_same_bytes(shipped, tmp_path):
+    curves = {p: c for (t, p), c in shipped.curves.items() if t == "lstm"}
+    paths = [plots.save(plots.overhead_curves("lstm", curves, SUBJECT_POLICY, 20.0), tmp_path / k, "f")
+             for k in ("a", "b")]
+    (png_a, svg_a), (png_b, svg_b) = paths
+    assert png_a.read_bytes() == png_b.read_bytes()
+    assert svg_a.read_bytes() == svg_b.read_bytes()
+    assert b"dc:date" not in svg_a.read_bytes()

@@ -1,4 +1,4 @@
 """PyTorch trace capture (the optional `capture` extra): record a training step as a DTR trace.
 
-Importing dtrlab.capture needs torch; the rest of dtrlab never imports this package.
+Its modules need torch, except capture.peakgap (a captured trace's peaks, which the report reads).
 """

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..trace.lower import Program, lower
-from ..trace.read import TraceSource, parse_bytes
+from ..trace.read import TraceSource, TraceText, parse_bytes
 from ..trace.write import format_trace, write_trace
 from .recorder import Capture
 
@@ -18,8 +18,13 @@ def save(capture: Capture, path: str | Path, gzip: bool | None = None) -> None:
     write_trace(capture.instructions, path, gzip=gzip)
 
 
-def to_program(capture: Capture, name: str = "captured") -> Program:
-    """The Program dtrlab lowers from the written trace (the same validation as a file gets)."""
+def to_text(capture: Capture, name: str = "captured") -> TraceText:
+    """The written trace read back (the same validation as a file gets)."""
     data = format_trace(capture.instructions).encode("utf-8")
     source = TraceSource(name, name, f"<capture {name}>", True, lambda: data)
-    return lower(parse_bytes(data, source))
+    return parse_bytes(data, source)
+
+
+def to_program(capture: Capture, name: str = "captured") -> Program:
+    """The Program dtrlab lowers from the written trace."""
+    return lower(to_text(capture, name))

@@ -44,7 +44,7 @@ def ship(out_dir: str | Path, repeat: int = 3) -> dict:
             "name": f"{name} (captured, batch {sizes['batch']})", "log": log, "has_start": True,
             "model": name, "batch": sizes["batch"],
             "shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()},
-            "description": ZOO[name].description, "torch": torch.__version__, "device": "cpu",
+            "description": ZOO[name].description(**sizes), "torch": torch.__version__, "device": "cpu",
             "cpu": platform.processor() or platform.machine(), "repeat": repeat,
             "timing": "median over repeats after one warm-up, perf_counter_ns around each operator",
             "date": datetime.date.today().isoformat(), "operators": capture.operators,

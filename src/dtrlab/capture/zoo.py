@@ -1,10 +1,12 @@
 """Small models of the public traces' families, each as a factory of one training step.
 
-Owns the models and their default sizes; a factory (batch, ..., device) returns a zero-argument step.
+Owns the models, their default sizes and the words that describe a model at given sizes; a factory
+(batch, ..., device) returns a zero-argument step.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -217,24 +219,56 @@ def densenet(batch: int = 4, image: int = 32, growth: int = 12, blocks: tuple[in
 
 @dataclass(frozen=True)
 class ZooModel:
-    """A model of the zoo: its step factory, default batch, and the sizes a test uses."""
+    """A model of the zoo: its step factory, default batch, the sizes a test uses, and its words.
+
+    describe: the factory's keyword arguments (every one, device aside) -> one line saying what
+    the model is at those sizes; description() fills in the factory's defaults, so the words come
+    from the sizes a capture really used."""
 
     name: str
     make: Callable[..., Step]
     batch: int
     tiny: dict  # keyword arguments (batch included) that capture in well under a second
-    description: str
+    describe: Callable[..., str]
+
+    def sizes(self, **given) -> dict:
+        """Every size keyword of the factory: the defaults, overridden by `given`."""
+        defaults = {k: p.default for k, p in inspect.signature(self.make).parameters.items() if k != "device"}
+        return {**defaults, "batch": self.batch, **given}
+
+    def description(self, **given) -> str:
+        return self.describe(**self.sizes(**given))
+
+
+def _resnet_words(batch, image, depth, width) -> str:
+    return (f"CIFAR ResNet-{depth} (3 stages of {(depth - 2) // 6} basic blocks, width {width}), "
+            f"{image}x{image} images, batch {batch}")
+
+
+def _lstm_words(batch, input_size, hidden, seq) -> str:
+    return f"the DTR paper's LSTM, cell by cell: input {input_size}, hidden {hidden}, {seq} steps, batch {batch}"
+
+
+def _transformer_words(batch, seq, d_model, heads, layers, vocab) -> str:
+    return (f"Transformer encoder: {layers} layers, d_model {d_model}, {heads} heads, {seq} tokens, "
+            f"vocabulary {vocab}, batch {batch}")
+
+
+def _unet_words(batch, image, width, depth) -> str:
+    return f"U-Net: {depth} levels, width {width}, {image}x{image} images, batch {batch}"
+
+
+def _densenet_words(batch, image, growth, blocks) -> str:
+    layers = 2 * sum(blocks) + 5  # two convolutions a dense layer, the stem, three transitions, the classifier
+    return (f"DenseNet-BC-{layers}, blocks {tuple(blocks)}, growth {growth}, {image}x{image} images, "
+            f"batch {batch}")
 
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in (
-    ZooModel("resnet32", resnet32, 8, dict(batch=2, image=8, depth=8, width=4),
-             "CIFAR ResNet-32 (3 stages of 5 basic blocks), 32x32 images"),
-    ZooModel("lstm", lstm, 8, dict(batch=2, input_size=8, hidden=16, seq=4),
-             "the DTR paper's LSTM, cell by cell: input 512, hidden 1700, 128 steps"),
+    ZooModel("resnet32", resnet32, 8, dict(batch=2, image=8, depth=8, width=4), _resnet_words),
+    ZooModel("lstm", lstm, 8, dict(batch=2, input_size=8, hidden=16, seq=4), _lstm_words),
     ZooModel("transformer", transformer, 8, dict(batch=2, seq=8, d_model=16, heads=2, layers=1, vocab=32),
-             "Transformer encoder: 4 layers, d_model 128, 4 heads, 64 tokens"),
-    ZooModel("unet", unet, 2, dict(batch=1, image=16, width=4, depth=2),
-             "U-Net: 4 levels, width 16, 64x64 images"),
-    ZooModel("densenet", densenet, 4, dict(batch=2, image=8, growth=4, blocks=(2, 2)),
-             "DenseNet-BC-121 shape (6, 12, 24, 16), growth 12, 32x32 images"),
+             _transformer_words),
+    ZooModel("unet", unet, 2, dict(batch=1, image=16, width=4, depth=2), _unet_words),
+    ZooModel("densenet", densenet, 4, dict(batch=2, image=8, growth=4, blocks=(2, 2)), _densenet_words),
 )}

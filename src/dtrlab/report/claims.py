@@ -7,16 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .findings import inversion_text
 from .plan import SUBJECT_POLICY
+from .study import STUDY_TRACES
 
 REPRODUCED, DIFFERS, NOT_APPLICABLE = "reproduced", "differs", "not applicable to these traces"
 DEMONSTRATED, HYPOTHESIS = "demonstrated", "hypothesis"
-
-# The public traces the study measured, by content (the same bytes under any path or in logs.zip).
-STUDY_TRACES = {
-    "lstm": "f17c569c87bcd1368cc1d1eb0ad79cc75ac8eea0985755c6cd437d7faff2a31f",
-    "resnet32": "38c94cada99aca654ad9589d99eabc2267a51835593b598085f9f8221a7bacaf",
-}
 
 
 @dataclass(frozen=True)
@@ -106,10 +102,7 @@ def _resnet(repro) -> list[Claim]:
     if near:
         inv = near[0]
         oom_ratios = [r.ratio for r in inv.infeasible]
-        measured_b1 = (f"feasible at {inv.last_feasible.ratio:g} (overhead {inv.last_feasible.overhead:.3f}), "
-                       f"{'/'.join(sorted({r.outcome for r in inv.infeasible}))} at "
-                       f"{', '.join(f'{r:g}' for r in oom_ratios)}, feasible again at {inv.next_feasible.ratio:g} "
-                       f"(overhead {inv.next_feasible.overhead:.3f})")
+        measured_b1 = inversion_text(inv)
         ok_b1 = (inv.last_feasible.ratio == 0.101 and inv.next_feasible.ratio == 0.107
                  and oom_ratios == [0.102, 0.103, 0.104, 0.105, 0.106]
                  and all(r.outcome == "oom" for r in inv.infeasible))
@@ -157,6 +150,11 @@ def _ablation_claim(repro) -> list[Claim]:
     verdict = why or (REPRODUCED if n_both > 0 and n_other == 0 else DIFFERS)
     return [Claim("c", "lstm", statement, measured, verdict, HYPOTHESIS,
                   {"rows": [r.to_dict() for r in ab.rows]})]
+
+
+def study_missing(claims) -> bool:
+    """True when some claim's trace is not here: the report then says how to get the study's traces."""
+    return any(c.verdict.startswith(NOT_APPLICABLE) for c in claims)
 
 
 def evaluate(repro) -> list[Claim]:

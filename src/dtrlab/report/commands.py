@@ -1,6 +1,7 @@
-"""The `dtrlab reproduce` command: the whole study into a report folder, with a table at the end.
+"""The `dtrlab reproduce` command: the whole study into a report folder; at the end, what it found.
 
-A thin typer layer over report.pipeline.reproduce.
+A thin typer layer over report.pipeline.reproduce. The terminal's last screen, like the report's
+first: what was found on the traces given, the claims, how to get the study's traces, what was new.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _claims_table(repro) -> Table:
+def _claims(repro):
+    """The claims table; one line when no claim's trace is here (six rows saying so tell nothing)."""
+    from .claims import NOT_APPLICABLE
+
+    if all(c.verdict.startswith(NOT_APPLICABLE) for c in repro.claims):
+        return (f"claims of the study: {len(repro.claims)} of {len(repro.claims)} {NOT_APPLICABLE} "
+                "(they are about the public DTR traces; the report lists each)")
     table = Table(title="claims of the study", title_justify="left", show_lines=True)
     table.add_column("claim", max_width=48)
     table.add_column("kind")
@@ -42,9 +49,21 @@ def reproduce_cmd(
         raise UsageError(f"--workers must be at least 1, got {workers}")
     err = Console(file=sys.stderr)
     repro = reproduce(source, out, quick=quick, workers=workers, console=err, progress=err.is_terminal)
+    from .claims import study_missing
+    from .findings import found_line, found_on
+    from .plan import SUBJECT_POLICY
+    from .study import FETCH_AND_REPRODUCE
+    from .write import new_runs_line
+
     console = Console(file=sys.stdout, highlight=False)
-    console.print(_claims_table(repro))
-    console.print(f"{len(repro.frame)} runs, {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}")
+    console.print(_claims(repro))
+    console.print("[bold]found on these traces[/bold]")
+    for f in found_on(repro.curves, repro.traces, SUBJECT_POLICY):
+        console.print(f"  {found_line(f)}", markup=False)
+    if study_missing(repro.claims):
+        console.print(f"The study's traces and claims: {FETCH_AND_REPRODUCE}", markup=False)
+    console.print(f"{new_runs_line(repro)}; {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}",
+                  markup=False)
 
 
 def register(app: typer.Typer) -> None:

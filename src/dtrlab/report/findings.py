@@ -1,6 +1,7 @@
 """From stored runs to findings: one curve per (trace, policy), its switches, inversions and regimes.
 
-Owns Curve (the runs of one trace and policy, in budget order) and picking the switches worth a look.
+Owns Curve (the runs of one trace and policy, in budget order), picking the switches worth a look,
+and Found: what the report's first screen says of each trace, with the words it says it in.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from ..analysis.feasibility import Inversion, inversions
 from ..analysis.regimes import Regime, Switch, regimes, switches
 from ..analysis.runs import Run
 from ..analysis.runs import runs_of as store_runs
+
+# The first screen lists this many switches (the largest) and inversions (the first) of a trace.
+MAX_LISTED = 5
 
 # Two ratios this close are neighbours on the fine grid (0.001 steps; floats of decimal literals).
 FINE_NEIGHBOURS = 0.001 + 1e-9
@@ -74,3 +78,61 @@ def largest_switch(found: dict[tuple[str, str], Curve], policy: str, trace: str 
     if best is None and fine and not fine_only:
         return largest_switch(found, policy, trace, fine=False)
     return best
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one trace's curve of a policy shows: every switch (largest factor first) and every
+    inversion (by budget); the first screen lists MAX_LISTED of each and counts the rest."""
+
+    trace: str
+    policy: str
+    operators: int
+    switches: tuple[Switch, ...]
+    inversions: tuple[Inversion, ...]
+
+    @property
+    def listed_switches(self) -> tuple[Switch, ...]:
+        return self.switches[:MAX_LISTED]
+
+    @property
+    def listed_inversions(self) -> tuple[Inversion, ...]:
+        return self.inversions[:MAX_LISTED]
+
+
+def found_on(found: dict[tuple[str, str], Curve], traces: tuple[dict, ...], policy: str) -> list[Found]:
+    """One Found per trace (in the reproduction's order), from the policy's curves."""
+    out = []
+    for info in traces:
+        curve = found.get((info["name"], policy))
+        sw = sorted(curve.switches, key=lambda s: (-s.factor, s.lo.budget_bytes)) if curve else []
+        out.append(Found(info["name"], policy, info["operators"], tuple(sw),
+                         tuple(curve.inversions) if curve else ()))
+    return out
+
+
+def switch_text(s: Switch) -> str:
+    """One switch in words: both budgets (smaller first), their overheads, the factor."""
+    more = "; the larger budget is the slow one" if s.upward else ""
+    return (f"{s.lo.label} -> {s.hi.label}: overhead {s.lo.overhead:.3f} -> {s.hi.overhead:.3f}, "
+            f"{s.factor:.2f}x{more}")
+
+
+def inversion_text(inv: Inversion) -> str:
+    """One inversion in words: the last feasible budget, the infeasible ones, the next feasible."""
+    bad = inv.infeasible
+    where = ", ".join(r.label for r in bad) if len(bad) <= 6 else f"{bad[0].label}-{bad[-1].label} ({len(bad)} budgets)"
+    outcomes = "/".join(sorted({r.outcome for r in bad}))
+    return (f"feasible at {inv.last_feasible.label} (overhead {inv.last_feasible.overhead:.3f}), {outcomes} at "
+            f"{where}, feasible again at {inv.next_feasible.label} (overhead {inv.next_feasible.overhead:.3f})")
+
+
+def found_line(f: Found) -> str:
+    """A trace's findings in one line (the console's and summary.md's first screen)."""
+    parts = [f"{len(f.switches)} switch{'es' if len(f.switches) != 1 else ''}",
+             f"{len(f.inversions)} inversion{'s' if len(f.inversions) != 1 else ''}"]
+    if f.switches:
+        parts[0] += f" (largest {switch_text(f.switches[0])})"
+    if f.inversions:
+        parts[1] += f" (first: {inversion_text(f.inversions[0])})"
+    return f"{f.trace} ({f.operators:,} operators), {f.policy}: " + "; ".join(parts)

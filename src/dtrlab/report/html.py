@@ -6,14 +6,15 @@ Owns the jinja2 environment and the values the templates read; the templates say
 from __future__ import annotations
 
 import base64
-import datetime as _dt
 import math
 
 import jinja2
 
 from .. import __version__
-from .claims import DEMONSTRATED, HYPOTHESIS
+from .claims import DEMONSTRATED, HYPOTHESIS, study_missing
+from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
 from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
+from .study import FETCH_AND_REPRODUCE
 from .write import curve_rows, fmt_overhead, inversion_rows
 
 
@@ -26,20 +27,26 @@ def _env(autoescape: bool) -> jinja2.Environment:
     env.filters["overhead"] = fmt_overhead
     env.filters["mib"] = lambda n: f"{n / 2**20:,.1f} MiB"
     env.filters["count"] = lambda n: f"{n:,.0f}"
+    env.filters["switch_text"] = switch_text
+    env.filters["inversion_text"] = inversion_text
+    env.filters["found_line"] = found_line
     return env
 
 
-def _context(repro, figures: dict, timings: dict) -> dict:
+def _context(repro, figures: dict) -> dict:
     claims = list(repro.claims)
     f = repro.focus
+    found = found_on(repro.curves, repro.traces, SUBJECT_POLICY)
     return {
         "repro": repro, "version": __version__, "runtime": RUNTIME, "subject": SUBJECT_POLICY,
         "factor": SWITCH_FACTOR, "cap": repro.plan.overhead_cap or OVERHEAD_CAP,
-        "when": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "demonstrated": [c for c in claims if c.kind == DEMONSTRATED],
         "hypotheses": [c for c in claims if c.kind == HYPOTHESIS],
+        "found": found, "max_listed": MAX_LISTED,
+        "truncated": any(len(x.switches) > MAX_LISTED or len(x.inversions) > MAX_LISTED for x in found),
+        "fetch": FETCH_AND_REPRODUCE, "study_missing": study_missing(claims),
         "curves": curve_rows(repro), "inversions": inversion_rows(repro), "focus": f,
-        "figures": figures, "timings": timings, "runs": len(repro.frame),
+        "figures": figures, "runs": len(repro.frame),
     }
 
 
@@ -48,9 +55,9 @@ def _embed(figures: dict) -> dict:
             for name, fig in figures.items()}
 
 
-def render_html(repro, figures: dict, timings: dict) -> str:
-    return _env(True).get_template("report.html.j2").render(**_context(repro, _embed(figures), timings))
+def render_html(repro, figures: dict) -> str:
+    return _env(True).get_template("report.html.j2").render(**_context(repro, _embed(figures)))
 
 
-def render_markdown(repro, figures: dict, timings: dict) -> str:
-    return _env(False).get_template("summary.md.j2").render(**_context(repro, figures, timings))
+def render_markdown(repro, figures: dict) -> str:
+    return _env(False).get_template("summary.md.j2").render(**_context(repro, figures))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +23,7 @@ from ..analysis.feasibility import inversions
 from ..analysis.oom import OomReport, report_of
 from ..analysis.regimes import Switch, switches
 from ..analysis.scan import Budget
+from ..capture.peakgap import PeakGap, peak_gaps
 from ..errors import UsageError
 from ..sim.instruments import Instruments
 from ..sim.policies import ablation_policies
@@ -111,7 +112,9 @@ class Reproduction:
     pairs: tuple[PairChurn, ...] = ()  # churn of every neighbouring fine switch of the study's traces
     claims: tuple = ()
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
-    timings: dict = field(default_factory=dict)  # stage -> seconds
+    new_runs: int = 0  # simulated by this call; the rest were in the store
+    peaks: tuple[PeakGap, ...] = ()  # traces that carry a recorder peak (captures): the three peaks
+    timings: dict = field(default_factory=dict)  # stage -> seconds (run.json, not the report: it varies)
     wall_s: float = 0.0
 
 
@@ -126,15 +129,6 @@ def trace_source(source: str | None) -> Iterator[tuple[str, str]]:
     yield shipped_traces(), SHIPPED
 
 
-def _programs(path: str, plan: Plan) -> list[Program]:
-    programs = load(path)
-    if plan.traces is not None:
-        programs = [p for p in programs if p.name in plan.traces]
-    if plan.max_trace_operators is not None:
-        programs = [p for p in programs if p.n_ops <= plan.max_trace_operators]
-    if not programs:
-        raise UsageError(f"{path}: none of its traces is in the {plan.name} plan")
-    return programs
 
 
 def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float, ...]:
@@ -167,91 +161,112 @@ class _Stages:
         self.console.print(f"  done in {self.timings[name]:.1f} s", style="dim")
 
 
-def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, progress: bool) -> None:
-    if specs:
-        run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False)
+def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, progress: bool) -> int:
+    """Run the specs the store lacks; the number simulated now."""
+    if not specs:
+        return 0
+    return run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False).ran
 
 
 def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
               workers: int | None = None, console: Console | None = None, progress: bool = True) -> Reproduction:
     """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir."""
-    from .claims import evaluate
-    from .write import write_all
+    from .write import write_run_record
 
     plan = QUICK if quick else FULL
     console = console or Console(stderr=True)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    stages = _Stages(console, 8)
+    stages = _Stages(console, 9)
     with trace_source(source) as (path, label):
         with stages.stage("reading traces"):
-            programs = _programs(path, plan)
-            by_sha = {p.sha256: p for p in programs}
-            by_name = {p.name: p for p in programs}
-            traces = tuple({"name": p.name, "sha256": p.sha256, "peak_bytes": baseline(p).peak_bytes,
-                            "compute_ns": baseline(p).compute_ns, "operators": p.n_ops} for p in programs)
-        store = Store(out / STORE_NAME)
+            programs = plan.choose(load(path))  # a bad trace fails here, before the folder is made
+            peaks = peak_gaps(path, {p.sha256 for p in programs})
+        created = not out.exists()
+        out.mkdir(parents=True, exist_ok=True)
         try:
-            limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
-            with stages.stage(f"coarse curves: {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
-                specs = build_specs(path, programs, plan.policies, [RUNTIME], plan.coarse(), **limit)
-                _sweep(specs, store, plan, workers, progress)
-            with stages.stage("fine scans around every switch and failure (0.001 steps)"):
-                refinable = [s for s in specs if s.policy in plan.refine_policies and s.trace not in plan.refine_skip]
-                for _ in range(plan.refine_rounds):
-                    new = refine_specs(refinable, store, by_sha, 9, SWITCH_FACTOR)
-                    if not new:
-                        break
-                    _sweep(new, store, plan, workers, progress)
-                    refinable += new
+            repro = _study(path, label, plan, programs, peaks, out, stages, workers, progress)
+        except BaseException:
+            if created:  # a failure leaves no empty folder behind; one with runs in it stays
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            raise
+    repro = replace(repro, timings=dict(stages.timings), wall_s=time.perf_counter() - t_start)
+    write_run_record(repro)
+    return repro
+
+
+def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tuple[PeakGap, ...], out: Path,
+           stages: _Stages, workers: int | None, progress: bool) -> Reproduction:
+    from .claims import evaluate
+    from .write import write_all
+
+    by_sha = {p.sha256: p for p in programs}
+    by_name = {p.name: p for p in programs}
+    traces = tuple({"name": p.name, "sha256": p.sha256, "peak_bytes": baseline(p).peak_bytes,
+                    "compute_ns": baseline(p).compute_ns, "operators": p.n_ops} for p in programs)
+    new_runs = 0
+    store = Store(out / STORE_NAME)
+    try:
+        limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
+        with stages.stage(f"coarse curves: {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
+            specs = build_specs(path, programs, plan.policies, [RUNTIME], plan.coarse(), **limit)
+            new_runs += _sweep(specs, store, plan, workers, progress)
+        with stages.stage("fine scans around every switch and failure (0.001 steps)"):
+            refinable = [s for s in specs if s.policy in plan.refine_policies
+                         and s.trace_sha256 not in plan.refine_skip]
+            for _ in range(plan.refine_rounds):
+                new = refine_specs(refinable, store, by_sha, 9, SWITCH_FACTOR)
+                if not new:
+                    break
+                new_runs += _sweep(new, store, plan, workers, progress)
+                refinable += new
+                specs += new
+            for program in programs:
+                window = plan.window(program)
+                if window:
+                    new = build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], window, **limit)
+                    new_runs += _sweep(new, store, plan, workers, progress)
                     specs += new
-                for program in programs:
-                    window = plan.window(program.name)
-                    if window:
-                        new = build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], window, **limit)
-                        _sweep(new, store, plan, workers, progress)
-                        specs += new
-            frame = store.rows(s.key for s in specs)
-            found = curves(frame, SWITCH_FACTOR)
+        frame = store.rows(s.key for s in specs)
+        found = curves(frame, SWITCH_FACTOR)
 
-            focus_switch = largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only)
-            focus = None
-            with stages.stage("churn and first divergence of the largest switch"):
-                if focus_switch is not None:
-                    focus = _focus(out, by_name[focus_switch[0]], focus_switch[1])
-            ablation = None
-            with stages.stage("ablation table (16 ab-* policies)"):
-                center = _ablation_center(found, focus_switch)
-                if center is not None:
-                    trace, lo, hi = center
-                    # Around both ends: a switch or inversion across a coarse gap is no 100-budget window.
-                    ratios = tuple(sorted(set(_window(lo, lo, plan.ablation_half_width)
-                                              + _window(hi, hi, plan.ablation_half_width))))
-                    names = [p.name for p in ablation_policies()]
-                    new = build_specs(path, [by_name[trace]], names, [RUNTIME], ratios, **limit)
-                    _sweep(new, store, plan, workers, progress)
-                    ab_frame = store.rows(s.key for s in new)
-                    frame = pd.concat([frame, ab_frame], ignore_index=True)
-                    ablation = _ablation(trace, ratios, ab_frame)
-            with stages.stage("explaining every inversion's out-of-memory"):
-                ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
-            with stages.stage("churn of every neighbouring fine switch"):
-                pairs = _pair_churn(out, found, by_name, plan)
-        finally:
-            store.close()
+        focus_switch = largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only)
+        focus = None
+        with stages.stage("churn and first divergence of the largest switch"):
+            if focus_switch is not None:
+                focus = _focus(out, by_name[focus_switch[0]], focus_switch[1])
+        ablation = None
+        with stages.stage("ablation table (16 ab-* policies)"):
+            center = _ablation_center(found, focus_switch)
+            if center is not None:
+                trace, lo, hi = center
+                # Around both ends: a switch or inversion across a coarse gap is no 100-budget window.
+                ratios = tuple(sorted(set(_window(lo, lo, plan.ablation_half_width)
+                                          + _window(hi, hi, plan.ablation_half_width))))
+                names = [p.name for p in ablation_policies()]
+                new = build_specs(path, [by_name[trace]], names, [RUNTIME], ratios, **limit)
+                new_runs += _sweep(new, store, plan, workers, progress)
+                ab_frame = store.rows(s.key for s in new)
+                frame = pd.concat([frame, ab_frame], ignore_index=True)
+                ablation = _ablation(trace, ratios, ab_frame)
+        with stages.stage("explaining every inversion's out-of-memory"):
+            ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
+        with stages.stage("churn of every neighbouring fine switch"):
+            pairs = _pair_churn(out, found, by_name, plan)
+    finally:
+        store.close()
 
-        repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs)
-        with stages.stage("claims of the study"):
-            claims = evaluate(repro)
-        with stages.stage("figures, report.html, summary.md, results.parquet"):
-            repro = Reproduction(**{**repro.__dict__, "claims": tuple(claims)})
-            export(out / STORE_NAME, "parquet", out / "results.parquet")
-            figures = write_all(repro, stages.timings)
-    return Reproduction(**{**repro.__dict__, "figures": figures, "timings": dict(stages.timings),
-                           "wall_s": time.perf_counter() - t_start})
+    repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
+                         new_runs=new_runs, peaks=peaks)
+    with stages.stage("claims of the study"):
+        repro = replace(repro, claims=tuple(evaluate(repro)))
+    with stages.stage("figures, report.html, summary.md, results.parquet"):
+        export(out / STORE_NAME, "parquet", out / "results.parquet")
+        repro = replace(repro, figures=write_all(repro))
+    return repro
 
 
 # --- the analyses ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """What `dtrlab reproduce` runs: policies, budget grids, study windows, and the --quick cut of them.
 
-Owns Plan (a frozen value) and the two plans, full and quick; nothing here simulates.
+Owns Plan (a frozen value), the two plans (full and quick) and which traces a plan takes; nothing
+here simulates. A plan looks at what a trace is (its content hash, its operators), never at its name.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..sweep.grid import parse_ratios
+from ..trace.lower import Program
+from .study import STUDY_TRACES
 
 # The DTR paper's budget curve: every policy it compares, at ratios 0.1, 0.2, ..., 1.0.
 PAPER_POLICIES = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "random")
@@ -26,17 +29,16 @@ FINE_STEP = "0.001"
 
 @dataclass(frozen=True)
 class Plan:
-    """One reproduction's scope. windows: trace name -> a ratio spec scanned finely with the
-    subject policy (the study's claims name these windows)."""
+    """One reproduction's scope. windows: trace sha256 -> a ratio spec scanned finely with the
+    subject policy (the study's claims name these windows, on the study's traces)."""
 
     name: str
-    traces: tuple[str, ...] | None  # None: every trace in the source
     policies: tuple[str, ...]
     coarse_ratios: str
     windows: dict = field(default_factory=dict)
     refine_rounds: int = 2  # 0.1 -> 0.01 -> 0.001 around every switch and failure of the coarse curves
     refine_policies: tuple[str, ...] = PAPER_POLICIES
-    refine_skip: tuple[str, ...] = ()
+    refine_skip: tuple[str, ...] = ()  # trace sha256s whose window covers what refinement would find
     ablation_half_width: str = "0.005"  # the ablation window: this far either side of the switch
     timeout_s: float = 120.0  # per run: a safety net; the overhead cap bounds almost every run
     max_oom_explanations: int = 24
@@ -45,44 +47,58 @@ class Plan:
     # evaluates (15-60 us each): skip runs past this many. A count, not a time, so what a report
     # explains does not depend on the machine or on how fast the compiled engine is.
     max_explain_score_evals: int = 500_000
-    max_trace_operators: int | None = None  # leave out larger traces (quick runs)
+    # Quick runs: the smallest traces (by operators) while their operators add up to at most this;
+    # the smallest is always taken, so any trace a user gives gets a study. None: every trace.
+    max_total_operators: int | None = None
     # Look closely only at switches between neighbouring fine budgets; a coarse switch's window
-    # of ablations can be hundreds of runs (quick runs have fine scans on resnet32 only).
+    # of ablations can be hundreds of runs (quick runs have fine scans on the study's resnet32 only).
     focus_fine_only: bool = False
     overhead_cap: float = OVERHEAD_CAP
 
     def coarse(self) -> tuple[float, ...]:
         return parse_ratios(self.coarse_ratios)
 
-    def window(self, trace: str) -> tuple[float, ...]:
-        spec = self.windows.get(trace)
+    def window(self, program: Program) -> tuple[float, ...]:
+        spec = self.windows.get(program.sha256)
         return parse_ratios(spec) if spec else ()
+
+    def choose(self, programs: list[Program]) -> list[Program]:
+        """The traces this plan studies, in the source's order."""
+        if self.max_total_operators is None or not programs:
+            return list(programs)
+        by_size = sorted(range(len(programs)), key=lambda k: (programs[k].n_ops, k))
+        kept, total = [], 0
+        for k in by_size:
+            if kept and total + programs[k].n_ops > self.max_total_operators:
+                break
+            kept.append(k)
+            total += programs[k].n_ops
+        return [programs[k] for k in sorted(kept)]
 
 
 FULL = Plan(
     name="full",
-    traces=None,
     policies=PAPER_POLICIES,
     coarse_ratios=COARSE_RATIOS,
     # The LSTM's switches between 0.26 and 0.34 at 0.1 % steps, and the ResNet-32 inversion's window.
     # The whole LSTM curve at 0.1 % steps takes about 2 min on 2 cores (`dtrlab sweep`; runs
     # between 0.17 and 0.27 thrash), so the full plan scans the stretch the claims are about.
-    windows={"lstm": "0.26:0.34:0.001", "resnet32": "0.090:0.120:0.001"},
+    windows={STUDY_TRACES["lstm"]: "0.26:0.34:0.001", STUDY_TRACES["resnet32"]: "0.090:0.120:0.001"},
     refine_policies=(SUBJECT_POLICY,),
-    refine_skip=("lstm",),  # its window covers what refinement would find, at a known cost
+    refine_skip=(STUDY_TRACES["lstm"],),  # its window covers what refinement would find, at a known cost
     timeout_s=60.0,
     ablation_half_width="0.003",
 )
 
-# CI: three small traces and the cheaper policies; the study's windows cut to their interesting part.
+# CI: the smallest traces and the cheaper policies; the study's windows cut to their interesting part.
 QUICK = Plan(
     name="quick",
-    traces=("resnet32", "unet", "lstm"),
     policies=("dtr", "msps", "lru"),
-    # The public LSTM runs 1-10 s a budget: too slow for CI; its captured namesake is small.
-    max_trace_operators=5_000,
+    # The public traces' three smallest (unet, resnet32, inceptionv4); the public LSTM (8,063
+    # operators, 1-10 s a budget) is too slow for CI.
+    max_total_operators=4_000,
     coarse_ratios="0.1:1.0:0.1",
-    windows={"resnet32": "0.099:0.109:0.001"},
+    windows={STUDY_TRACES["resnet32"]: "0.099:0.109:0.001"},
     refine_rounds=0,
     refine_policies=(),
     ablation_half_width="0.002",

@@ -22,12 +22,20 @@ POLICY_COLOURS = {"dtr": "#1f77b4", "dtr-eq": "#17becf", "dtr-local": "#9467bd",
                   "lru": "#ff7f0e", "size": "#8c564b", "random": "#7f7f7f"}
 
 
+# The same figure must give the same bytes, so a rerun gives the same report: no date in the SVG
+# (matplotlib writes dc:date by default), and the SVG's element ids hashed with a fixed salt instead
+# of a random one. The PNG's only text chunk is "Software: matplotlib version ...", which is stable.
+SVG_METADATA = {"Date": None}
+SVG_HASH_SALT = "dtrlab"
+
+
 def save(fig, folder: Path, name: str) -> tuple[Path, Path]:
-    """Write name.png and name.svg; close the figure."""
+    """Write name.png and name.svg, the same bytes for the same figure; close the figure."""
     folder.mkdir(parents=True, exist_ok=True)
     png, svg = folder / f"{name}.png", folder / f"{name}.svg"
     fig.savefig(png, dpi=110, bbox_inches="tight")
-    fig.savefig(svg, bbox_inches="tight")
+    with matplotlib.rc_context({"svg.hashsalt": SVG_HASH_SALT}):
+        fig.savefig(svg, bbox_inches="tight", metadata=SVG_METADATA)
     plt.close(fig)
     return png, svg
 

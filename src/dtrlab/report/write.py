@@ -1,12 +1,18 @@
-"""Writing the report folder: figures/*.png|svg, report.html (self-contained) and summary.md.
+"""Writing the report folder: figures/*.png|svg, report.html (self-contained), summary.md, run.json.
 
-Owns which figures a Reproduction gets and the tables the HTML and Markdown share.
+Owns which figures a Reproduction gets and the tables the HTML and Markdown share. The report and
+the figures are the same bytes for the same runs; what changes from call to call (the time, how
+long each stage took, how many runs were new) goes to run.json only.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import math
 from pathlib import Path
+
+from .. import __version__
 
 from ..sim.result import OOM
 from .plan import SUBJECT_POLICY
@@ -104,10 +110,31 @@ def _oom_line(case) -> str:
             f"need {r.need_bytes / 2**20:,.1f} MiB; {verdict}")
 
 
-def write_all(repro, timings: dict) -> dict:
+RUN_RECORD = "run.json"
+
+
+def new_runs_line(repro) -> str:
+    """What this call simulated; a rerun into the same folder says it simulated nothing."""
+    if repro.new_runs == 0:
+        return f"0 new runs: every one of the {len(repro.frame):,} runs was in the store"
+    return f"{repro.new_runs:,} new runs, {len(repro.frame) - repro.new_runs:,} from the store"
+
+
+def write_all(repro) -> dict:
     from .html import render_html, render_markdown
 
     figures = _figures(repro)
-    (repro.out_dir / "report.html").write_text(render_html(repro, figures, timings), encoding="utf-8")
-    (repro.out_dir / "summary.md").write_text(render_markdown(repro, figures, timings), encoding="utf-8")
+    (repro.out_dir / "report.html").write_text(render_html(repro, figures), encoding="utf-8")
+    (repro.out_dir / "summary.md").write_text(render_markdown(repro, figures), encoding="utf-8")
     return figures
+
+
+def write_run_record(repro) -> Path:
+    """run.json: this call's metadata (when, how long, what was new), kept out of the report."""
+    record = {"dtrlab_version": __version__, "source": repro.source, "plan": repro.plan.name,
+              "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "wall_s": round(repro.wall_s, 3), "timings_s": {k: round(v, 3) for k, v in repro.timings.items()},
+              "runs": len(repro.frame), "new_runs": repro.new_runs, "summary": new_runs_line(repro)}
+    path = repro.out_dir / RUN_RECORD
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,15 @@
+"""The study dtrlab reproduces: its public traces, known by content, and how a user gets them.
+
+Owns STUDY_TRACES and the one line that fetches the study's traces and reproduces its claims.
+"""
+
+from __future__ import annotations
+
+# The public traces the study measured, by content (the same bytes under any path or in logs.zip).
+STUDY_TRACES = {
+    "lstm": "f17c569c87bcd1368cc1d1eb0ad79cc75ac8eea0985755c6cd437d7faff2a31f",
+    "resnet32": "38c94cada99aca654ad9589d99eabc2267a51835593b598085f9f8221a7bacaf",
+}
+
+# `dtrlab traces fetch` stores simrd's logs.zip under the name "study"; every command takes --traces NAME.
+FETCH_AND_REPRODUCE = "dtrlab traces fetch && dtrlab reproduce --traces study"
