@@ -13,11 +13,15 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DTRLAB_SHARED", REPO.parent / "shared"))
 TRACES = SHARED / "traces" / "dtr-iclr21"
 REFERENCE = SHARED / "reference"
+# The same six traces in simrd's own layout: logs/manifest.json naming each log as logs/NAME.log.
+SIMRD_ZIP = SHARED / "traces" / "simrd-layout" / "logs.zip"
 
 needs_shared = pytest.mark.skipif(
     not TRACES.is_dir(),
     reason=f"the public traces are not at {TRACES} (set DTRLAB_SHARED to the shared folder)",
 )
+
+needs_simrd_zip = pytest.mark.skipif(not SIMRD_ZIP.is_file(), reason=f"simrd's logs.zip is not at {SIMRD_ZIP}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REFERENCE, needs_shared, parity_rows, public_program
-from dtrlab.sim.simulate import baseline, simulate
+from helpers import check_row
 
 pytestmark = needs_shared
 
@@ -21,22 +21,7 @@ def _id(row):
 
 
 def _check(row, engine):
-    program = public_program(row["trace"])
-    base = baseline(program)
-    assert (base.peak_bytes, base.compute_ns) == (row["baseline_memory"], row["baseline_compute"])
-    assert int(base.peak_bytes * row["ratio"]) == row["budget"]
-    result = simulate(program, row["budget"], row["heuristic"], row["runtime"], engine=engine)
-    got = {
-        "outcome": "OOM" if result.outcome == "oom" else result.outcome,
-        "clock": result.clock_ns,
-        "overhead": result.overhead,
-        "remat_compute": result.remat_ns,
-        "max_memory": result.peak_bytes,
-        "evictions_heuristic": result.evictions,
-        "distinct_evicted_heuristic": result.distinct_evicted,
-        "evictions_eager": result.eager_evictions,
-    }
-    assert got == {k: row[k] for k in got}
+    check_row(public_program(row["trace"]), row, engine)
 
 
 @pytest.mark.parametrize("row", _rows(), ids=_id)
