@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import SIMRD_ZIP, TRACES, needs_shared, needs_simrd_zip, public_program
+from conftest import SIMRD_ZIP, TRACES, needs_shared, needs_simrd_zip, public_program, require
 from dtrlab.cli import main
 from dtrlab.errors import UsageError
 from dtrlab.trace import load, load_one, open_source, shipped_traces
@@ -23,8 +23,7 @@ PUBLIC = ["tv_densenet121", "inceptionv4", "resnet32", "transformer", "unet", "l
 @pytest.fixture(scope="module")
 def unzipped(tmp_path_factory):
     """What `unzip logs.zip` leaves in an empty folder: ./logs/manifest.json and ./logs/*.log."""
-    if not SIMRD_ZIP.is_file():
-        pytest.skip(f"simrd's logs.zip is not at {SIMRD_ZIP}")
+    require("needs_simrd_zip")
     root = tmp_path_factory.mktemp("unzipped")
     with zipfile.ZipFile(SIMRD_ZIP) as zf:
         zf.extractall(root)
@@ -122,8 +121,7 @@ def test_unique_names(files, names):
 @pytest.fixture
 def clashing(tmp_path):
     """The shipped resnet32-8 capture beside the public resnet32-56 trace, in one folder."""
-    if not TRACES.is_dir():
-        pytest.skip(f"the public traces are not at {TRACES}")
+    require("needs_shared")
     shutil.copy(next(p for p in open_source(shipped_traces()) if p.name == "resnet32").path, tmp_path)
     shutil.copy(next(TRACES.glob("resnet32-*.log")), tmp_path)
     return tmp_path
