@@ -203,8 +203,9 @@ CASES = [
     ("negative-budget", {T: G}, T, ["simulate", "-b", "-1"], (None, "--budget-bytes must be a non-negative")),
     ("budget-of-2^63-minus-1", {T: G}, T, ["simulate", "-b", str(2**63 - 1), "--engine", "c"], "ran"),
     ("ratio-past-64-bits", {T: G}, T, ["simulate", "-r", "1e30"], (None, "the budget of ratio 1e+30 on t")),
-    ("sweep-budget-of-2^63", {T: G}, T, ["sweep", "-b", INT64_OVER], (None, "budget bytes must be a non-negative")),
-    ("sweep-negative-budget", {T: G}, T, ["sweep", "-b", "-5"], (None, "budget bytes must be a non-negative")),
+    ("sweep-budget-of-2^63", {T: G}, T, ["sweep", "-b", INT64_OVER], (None, "--budget-bytes must be a non-negative")),
+    ("sweep-ratio-past-64-bits", {T: G}, T, ["sweep", "-r", "1e30"], (None, "the budget of ratio 1e+30 on t")),
+    ("sweep-negative-budget", {T: G}, T, ["sweep", "-b", "-5"], (None, "--budget-bytes must be a non-negative")),
 ]
 
 

@@ -88,7 +88,7 @@ def parse_budget_bytes(spec: str) -> tuple[int, ...]:
     for d in decimals:
         if d != d.to_integral_value():
             raise UsageError(f"budget bytes: {d} is not a non-negative whole number of bytes")
-        check_budget_bytes(int(d), "budget bytes")
+        check_budget_bytes(int(d))
     return _unique_sorted(int(d) for d in decimals)
 
 
@@ -214,7 +214,7 @@ def build_specs(source: str, programs: Sequence[Program], policies: Sequence[str
     specs: dict[str, RunSpec] = {}
     for program in programs:
         budgets = [(budget_from_ratio(program, r), float(r)) for r in ratios]
-        budgets += [(check_budget_bytes(int(b), "budget bytes"), None) for b in budgets_bytes]
+        budgets += [(check_budget_bytes(int(b), "budget"), None) for b in budgets_bytes]
         for policy, runtime, (budget, ratio) in itertools.product(pols, rts, budgets):
             spec = RunSpec(program.name, program.sha256, str(source), policy, runtime, budget,
                            ratio, overhead_limit, int(seed), engine)
