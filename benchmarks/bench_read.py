@@ -1,7 +1,9 @@
-"""Trace loading speed: read + lower of the LSTM trace against a load from the program cache.
+"""Trace loading speed: read + lower of the LSTM trace against a load from the program cache,
+and a hostile trace whose one CALL takes one tensor N times (the time must grow linearly in N).
 
-Median of repeated runs in one process; prints both medians and their ratio. Run: `make bench`
-or `python benchmarks/bench_read.py [--repeat N] [--trace NAME]`. Uses a temporary cache folder.
+Median of repeated runs in one process; prints the medians and their ratios. Run: `make bench`
+or `python benchmarks/bench_read.py [--repeat N] [--trace NAME] [--wide 100000,200000,850000]`.
+Uses a temporary cache folder.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from dtrlab.sim.simulate import compute_baseline
 from dtrlab.trace import load_one
 from dtrlab.trace.lower import lower
 from dtrlab.trace.read import open_source, read_trace
@@ -27,7 +30,43 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--trace", default="lstm", help="first word of the log file name (default: lstm)")
+    ap.add_argument("--wide", default="100000,200000,850000",
+                    help="argument counts of the wide-CALL case (empty: skip it)")
     args = ap.parse_args()
+    status = _lstm(args)
+    if args.wide:
+        _wide([int(n) for n in args.wide.split(",")], max(1, args.repeat // 3))
+    return status
+
+
+def _wide_trace(n_args: int) -> str:
+    """A constant, x = g(c), r = f(x, x, ..., x) with n_args arguments, then both released."""
+    import json
+
+    rows = [{"INSTRUCTION": "CONSTANT", "NAME": "c"}, {"INSTRUCTION": "MEMORY", "NAME": "c", "MEMORY": "4"}]
+    for name, fn, call_args in (("x", "g", ["c"]), ("r", "f", ["x"] * n_args)):
+        rows += [{"INSTRUCTION": "CALL", "NAME": fn, "ARGS": call_args, "RESULT": [name], "TIME": "5"},
+                 {"INSTRUCTION": "MEMORY", "NAME": name, "MEMORY": "8"},
+                 {"INSTRUCTION": "ALIAS", "NAME": name, "ALIAS": "-1"}]
+    rows += [{"INSTRUCTION": "RELEASE", "NAME": "x"}, {"INSTRUCTION": "RELEASE", "NAME": "r"}]
+    return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+
+def _wide(counts: list[int], repeat: int) -> None:
+    """What `trace info` does on the wide CALL: read, lower, and the baseline (banishing) run."""
+    print(f"one CALL with N uses of one tensor: read + lower + baseline, median of {repeat} runs")
+    first = None
+    with tempfile.TemporaryDirectory() as folder:
+        for n in counts:
+            path = Path(folder) / f"wide-{n}.jsonl"
+            path.write_text(_wide_trace(n))
+            seconds = median_seconds(lambda: compute_baseline(load_one(path, cache=False)), repeat)
+            first = first or (n, seconds)
+            print(f"  N = {n:>9,}  {seconds:8.2f} s   per use {seconds / n * 1e6:6.2f} us   "
+                  f"x{seconds / first[1]:5.1f} the time for {first[0]:,} ({n / first[0]:.1f}x the uses)")
+
+
+def _lstm(args) -> int:
     logs = sorted(TRACES.glob(f"{args.trace}-*.log"))
     if not logs:
         print(f"skipped: no {args.trace}-*.log in {TRACES}")

@@ -20,6 +20,7 @@ SIMRD_ZIP = SHARED / "traces" / "simrd-layout" / "logs.zip"
 # A marker a test (or module, as `pytestmark`) carries; `pytest_runtest_setup` below enforces it.
 needs_shared = pytest.mark.needs_shared
 needs_compiled = pytest.mark.needs_compiled
+needs_simrd_zip = pytest.mark.needs_simrd_zip
 
 
 def _missing_shared() -> str | None:
@@ -27,6 +28,10 @@ def _missing_shared() -> str | None:
         return (f"the public traces and reference results are not at {SHARED} "
                 "(set DTRLAB_SHARED to the shared folder)")
     return None
+
+
+def _missing_simrd_zip() -> str | None:
+    return _missing_shared() or (None if SIMRD_ZIP.is_file() else f"simrd's logs.zip is not at {SIMRD_ZIP}")
 
 
 def _missing_compiled() -> str | None:
@@ -40,6 +45,7 @@ def _missing_compiled() -> str | None:
 _REQUIREMENTS = {
     "needs_shared": ("DTRLAB_REQUIRE_SHARED", _missing_shared),
     "needs_compiled": ("DTRLAB_REQUIRE_COMPILED", _missing_compiled),
+    "needs_simrd_zip": ("DTRLAB_REQUIRE_SHARED", _missing_simrd_zip),
 }
 
 
@@ -75,6 +81,7 @@ def have_compiled() -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_shared: needs ../shared (traces and reference results)")
     config.addinivalue_line("markers", "needs_compiled: needs the compiled engine")
+    config.addinivalue_line("markers", "needs_simrd_zip: needs ../shared/traces/simrd-layout/logs.zip")
 
 
 def pytest_runtest_setup(item):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dtrlab.sim.simulate import baseline, simulate
 from dtrlab.trace.lower import lower
 from dtrlab.trace.read import TraceSource, parse_bytes
 from dtrlab.trace.synth import synthetic_trace
@@ -16,3 +17,23 @@ def program_of(instructions, name: str = "synthetic"):
 
 def synthetic_program(seed: int, n_ops: int = 40, **kwargs):
     return program_of(synthetic_trace(seed, n_ops, **kwargs), f"synthetic-{seed}")
+
+
+# What a reference row says about a run, as dtrlab's RunResult names it.
+COLUMNS = {"outcome": "outcome", "clock": "clock_ns", "overhead": "overhead", "remat_compute": "remat_ns",
+           "max_memory": "peak_bytes", "evictions_heuristic": "evictions",
+           "distinct_evicted_heuristic": "distinct_evicted", "evictions_eager": "eager_evictions"}
+
+
+def check_row(program, row: dict, engine: str):
+    """One row of ../shared/reference/parity.jsonl on `program`: baseline, budget and every counter.
+
+    Returns the RunResult (whose engine a caller may check)."""
+    base = baseline(program)
+    assert (base.peak_bytes, base.compute_ns) == (row["baseline_memory"], row["baseline_compute"])
+    assert int(base.peak_bytes * row["ratio"]) == row["budget"]
+    result = simulate(program, row["budget"], row["heuristic"], row["runtime"], engine=engine)
+    got = {ref: getattr(result, ours) for ref, ours in COLUMNS.items()}
+    got["outcome"] = "OOM" if result.outcome == "oom" else result.outcome
+    assert got == {k: row[k] for k in COLUMNS}
+    return result

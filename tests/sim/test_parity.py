@@ -12,15 +12,9 @@ import pytest
 
 from conftest import REFERENCE, TRACES, needs_compiled, needs_shared, parity_rows, public_program
 from dtrlab.sim.runtimes import get_runtime
-from dtrlab.sim.simulate import baseline, simulate
+from helpers import COLUMNS, check_row
 
 pytestmark = needs_shared
-
-# What a reference row says about a run, as dtrlab's RunResult names it.
-_COLUMNS = {"outcome": "outcome", "clock": "clock_ns", "overhead": "overhead", "remat_compute": "remat_ns",
-            "max_memory": "peak_bytes", "evictions_heuristic": "evictions",
-            "distinct_evicted_heuristic": "distinct_evicted", "evictions_eager": "eager_evictions"}
-
 
 def _rows():
     # Collection must not fail on a machine without ../shared (the marker skips there); where the
@@ -34,20 +28,9 @@ def _id(row):
     return f"{row['trace']}-{row['heuristic']}-{row['runtime']}-{row['ratio']}"
 
 
-def _got(result) -> dict:
-    got = {ref: getattr(result, ours) for ref, ours in _COLUMNS.items()}
-    got["outcome"] = "OOM" if result.outcome == "oom" else result.outcome
-    return got
-
-
 def _check(row, engine):
-    program = public_program(row["trace"])
-    base = baseline(program)
-    assert (base.peak_bytes, base.compute_ns) == (row["baseline_memory"], row["baseline_compute"])
-    assert int(base.peak_bytes * row["ratio"]) == row["budget"]
-    result = simulate(program, row["budget"], row["heuristic"], row["runtime"], engine=engine)
+    result = check_row(public_program(row["trace"]), row, engine)
     assert result.engine == engine
-    assert _got(result) == {k: row[k] for k in _COLUMNS}
 
 
 def test_reference_rows_are_there():
@@ -107,4 +90,4 @@ def test_without_the_compiled_engine_the_default_falls_back_to_python_with_the_s
     assert [g.pop("engine") for g in got] == ["python"] * len(rows)
     for g, row in zip(got, rows):
         g["outcome"] = "OOM" if g["outcome"] == "oom" else g["outcome"]
-        assert g == {k: row[k] for k in _COLUMNS}, _id(row)
+        assert g == {k: row[k] for k in COLUMNS}, _id(row)

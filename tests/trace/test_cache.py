@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -167,7 +168,18 @@ DAMAGE = {
     "bad instructions": lambda npz, js: js.write_text(json.dumps({**json.loads(js.read_text()),
                                                                     "instructions": [1]})),
     "one name changed": lambda npz, js: js.write_text(js.read_text().replace('"constant"', '"bonstant"', 1)),
+    "a cost edited": lambda npz, js: edit_npz(npz, "op_cost_ns", lambda a: a + (a.max() + 7) * (a == a.max())),
+    "a size edited": lambda npz, js: edit_npz(npz, "storage_size_bytes", lambda a: a * 2),
 }
+
+
+def edit_npz(npz: Path, key: str, change) -> None:
+    """Rewrite the .npz as a valid archive with one array changed: its CRCs are right, its digest is not."""
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays[key] = change(arrays[key]).astype(arrays[key].dtype)
+    with open(npz, "wb") as f:
+        np.savez(f, **arrays)
 
 
 @pytest.mark.parametrize("damage", DAMAGE)
@@ -218,3 +230,21 @@ def test_no_temporary_files_are_left(cache):
     load_one(TINY, strict=True)
     assert all(not name.endswith(".tmp") for name in entries(cache))
     assert len(entries(cache)) == 4
+
+
+def test_simulate_from_an_edited_npz_equals_no_cache(cache, capsys):
+    """The issue's case: a cost edited in the .npz was trusted, and simulate differed from --no-cache."""
+    from dtrlab.cli import main
+
+    def run(*extra):
+        with pytest.raises(SystemExit) as info:
+            main(["simulate", str(TINY), "-r", "0.5", "--json", *extra])
+        assert info.value.code == 0
+        return json.loads(capsys.readouterr().out)
+
+    fresh = run("--no-cache")
+    assert run()["clock_ns"] == fresh["clock_ns"]  # fills the cache
+    npz = next((cache / "programs").glob("*.npz"))
+    edit_npz(npz, "op_cost_ns", lambda a: a * 3)
+    assert run() == fresh
+    assert load_one(TINY).meta["cache"] == "hit"  # the entry was rewritten from the trace

@@ -15,27 +15,9 @@ from dtrlab.errors import TraceError, UsageError
 from dtrlab.trace import load, load_one
 from dtrlab.trace.lower import RELEASE, Program, lower
 from dtrlab.trace.read import TraceSource, parse_bytes
+from trace_helpers import GOOD, call, const, obj
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def obj(kind, **fields):
-    return json.dumps({"INSTRUCTION": kind, **fields})
-
-
-def const(name, size="4"):
-    return [obj("CONSTANT", NAME=name), obj("MEMORY", NAME=name, MEMORY=size)]
-
-
-def call(name, args, results, time="10", sizes=None, aliases=None):
-    lines = [obj("CALL", NAME=name, ARGS=args, RESULT=results, TIME=time)]
-    for i, r in enumerate(results):
-        lines.append(obj("MEMORY", NAME=r, MEMORY=(sizes or ["8"] * len(results))[i]))
-        lines.append(obj("ALIAS", NAME=r, ALIAS=(aliases or ["-1"] * len(results))[i]))
-    return lines
-
-
-GOOD = const("a") + call("f", ["a"], ["b"])  # 5 lines, a valid trace
 
 
 def load_lines(tmp_path, lines, strict=False, name="t.jsonl"):

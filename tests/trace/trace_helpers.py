@@ -6,6 +6,7 @@ A plain module, not a conftest.py: a second conftest would shadow `from conftest
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 
@@ -39,3 +40,25 @@ def lower_directly(instructions, name: str = "synthetic", strict: bool = False) 
 
 def assert_same_program(a: Program, b: Program) -> None:
     assert program_differences(a, b) == []
+
+
+# --- trace lines, written by hand -----------------------------------------------------------
+
+
+def obj(kind, **fields):
+    return json.dumps({"INSTRUCTION": kind, **fields})
+
+
+def const(name, size="4"):
+    return [obj("CONSTANT", NAME=name), obj("MEMORY", NAME=name, MEMORY=size)]
+
+
+def call(name, args, results, time="10", sizes=None, aliases=None):
+    lines = [obj("CALL", NAME=name, ARGS=args, RESULT=results, TIME=time)]
+    for i, r in enumerate(results):
+        lines.append(obj("MEMORY", NAME=r, MEMORY=(sizes or ["8"] * len(results))[i]))
+        lines.append(obj("ALIAS", NAME=r, ALIAS=(aliases or ["-1"] * len(results))[i]))
+    return lines
+
+
+GOOD = const("a") + call("f", ["a"], ["b"])  # 5 lines, a valid trace

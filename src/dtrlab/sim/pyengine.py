@@ -7,6 +7,7 @@ it also runs user-defined policies. No recursion: rematerialization uses an expl
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from ..trace.lower import COMPUTE, GET, PIN, RELEASE, Program
 from .policies import EQ_CLASS, FRESH_NEIGHBORHOOD, NEIGHBORHOOD, Policy, StorageFeatures
@@ -39,6 +40,14 @@ class _SplitMix:
         while r >= limit:
             r = self.next()
         return r % n
+
+
+def _remove_all(items: list, x, count: int) -> None:
+    """Remove the `count` copies of x from `items` in place: one pass, not one per copy."""
+    if count == 1:
+        items.remove(x)
+    else:
+        items[:] = [y for y in items if y != x]
 
 
 class _OutOfMemory(Exception):
@@ -456,15 +465,18 @@ class Engine:
             self.ref_int[s] = 0
             self._evict(s, False)
         root = self.s_root[s]
+        # An edge is listed once per use (an operator may take one argument many times) and the
+        # reference removes one copy per use, so all copies go. Lists change in place, as the
+        # reference's do: the loop in _materialize may be walking one of them.
         for t in self.s_tensors[s]:
-            for p in self.parents[t]:
+            for p, uses in Counter(self.parents[t]).items():
                 ps = self.t_storage[p]
                 if self.s_root[ps] != root:
                     self.evicted_dependents[ps].discard(t)
-                    self.children[p].remove(t)
-            for c in self.children[t]:
+                    _remove_all(self.children[p], t, uses)
+            for c, uses in Counter(self.children[t]).items():
                 if self.s_root[self.t_storage[c]] != root:
-                    self.parents[c].remove(t)
+                    _remove_all(self.parents[c], t, uses)
                     self._pin(c)
 
     # --- the schedule --------------------------------------------------------------------

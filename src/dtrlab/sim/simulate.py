@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..trace.lower import Program
+from ..trace.read import INT64_MAX
 from . import cengine, pyengine
 from .policies import DEFAULT_POLICY, EQ_CLASS, NEIGHBORHOOD, Policy, get_policy
 from .result import RunResult
@@ -43,14 +44,25 @@ def parse_ratio(ratio: float | str) -> float:
     return value
 
 
+# Budgets are int64 in the compiled engine, as sizes are in a Program.
+MAX_BUDGET_BYTES = INT64_MAX
+
+
+def check_budget_bytes(budget_bytes: int, what: str = "--budget-bytes") -> int:
+    """A byte budget the engines can hold: a whole number from 0 to MAX_BUDGET_BYTES (2^63 - 1)."""
+    if not 0 <= budget_bytes <= MAX_BUDGET_BYTES:
+        raise UsageError(f"{what} must be a non-negative number of bytes below 2^63, got {budget_bytes}")
+    return budget_bytes
+
+
 def check_budget_args(ratio: float | None, budget_bytes: int | None) -> None:
     """A command takes exactly one of a ratio and a byte budget; say which mistake was made."""
     if (ratio is None) == (budget_bytes is None):
         raise UsageError("give exactly one of --ratio and --budget-bytes")
     if ratio is not None:
         parse_ratio(ratio)
-    if budget_bytes is not None and budget_bytes < 0:
-        raise UsageError(f"--budget-bytes must be a non-negative number of bytes, got {budget_bytes}")
+    if budget_bytes is not None:
+        check_budget_bytes(budget_bytes)
 
 
 def budget_of(program: Program, ratio: float | None, budget_bytes: int | None) -> int:
@@ -60,7 +72,8 @@ def budget_of(program: Program, ratio: float | None, budget_bytes: int | None) -
 
 def budget_from_ratio(program: Program, ratio: float | str) -> int:
     """budget_bytes = int(peak x ratio) in float arithmetic, as the reference computes it."""
-    return int(baseline(program).peak_bytes * parse_ratio(ratio))
+    return check_budget_bytes(int(baseline(program).peak_bytes * parse_ratio(ratio)),
+                              f"the budget of ratio {ratio} on {program.name}")
 
 
 ENGINES = ("auto", "c", "python")
@@ -87,8 +100,8 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
     """
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
-    if budget_bytes is not None and budget_bytes < 0:
-        raise UsageError(f"budget must be a non-negative number of bytes, got {budget_bytes}")
+    if budget_bytes is not None:
+        check_budget_bytes(budget_bytes, "budget")
     base = baseline(program)
     remat_limit = math.inf
     if overhead_limit is not None:

@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..sim.policies import get_policy
 from ..sim.result import OK, TIMEOUT
 from ..sim.runtimes import get_runtime
-from ..sim.simulate import ENGINES, budget_from_ratio, check_compatible
+from ..sim.simulate import ENGINES, budget_from_ratio, check_budget_bytes, check_compatible
 from ..trace.lower import Program
 
 # A typo such as 0:1:0.0000001 would otherwise build ten million specs before anything runs.
@@ -86,8 +86,9 @@ def parse_budget_bytes(spec: str) -> tuple[int, ...]:
     """Byte budgets from "1000000,2000000" or an inclusive integer "START:STOP:STEP"."""
     decimals = _decimals(spec, "budget bytes")
     for d in decimals:
-        if d != d.to_integral_value() or d < 0:
+        if d != d.to_integral_value():
             raise UsageError(f"budget bytes: {d} is not a non-negative whole number of bytes")
+        check_budget_bytes(int(d))
     return _unique_sorted(int(d) for d in decimals)
 
 
@@ -213,7 +214,7 @@ def build_specs(source: str, programs: Sequence[Program], policies: Sequence[str
     specs: dict[str, RunSpec] = {}
     for program in programs:
         budgets = [(budget_from_ratio(program, r), float(r)) for r in ratios]
-        budgets += [(int(b), None) for b in budgets_bytes]
+        budgets += [(check_budget_bytes(int(b), "budget"), None) for b in budgets_bytes]
         for policy, runtime, (budget, ratio) in itertools.product(pols, rts, budgets):
             spec = RunSpec(program.name, program.sha256, str(source), policy, runtime, budget,
                            ratio, overhead_limit, int(seed), engine)

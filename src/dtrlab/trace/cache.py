@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -21,7 +22,8 @@ from .read import TraceSource, parse_bytes
 
 # Bump whenever lowering, the Program's fields or this file format change: old entries are
 # then never read again (they are keyed by version), so nobody has to clear their cache.
-FORMAT_VERSION = 1
+# 2: the .json holds the .npz's sha256; lowering refuses uses after RELEASE.
+FORMAT_VERSION = 2
 
 ARRAY_FIELDS = tuple(f.name for f in dataclasses.fields(Program) if f.type in ("np.ndarray", np.ndarray))
 
@@ -74,11 +76,12 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def _meta_json(program: Program, key: str) -> dict:
+def _meta_json(program: Program, key: str, npz_sha256: str) -> dict:
     base = program.meta.get("baseline")
     return {
         "format_version": FORMAT_VERSION,
         "key": key,
+        "npz_sha256": npz_sha256,
         "name": program.name,
         "sha256": program.sha256,
         "op_names": list(program.op_names),
@@ -92,14 +95,15 @@ def _meta_json(program: Program, key: str) -> dict:
 
 
 def _checksum(meta: dict) -> str:
-    # The .npz members carry CRCs; the JSON has none of its own, and a flipped digit in a
-    # name or in the baseline would still parse. So it carries a digest of its content.
+    # A flipped digit in a name or in the baseline would still parse, so the JSON carries a
+    # digest of its content; it holds the .npz's digest too, since an edited array (a cost, a
+    # size) is a valid .npz whose CRCs an editor rewrites.
     canonical = json.dumps(meta, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _write_json(program: Program, key: str, directory: Path) -> None:
-    meta = _meta_json(program, key)
+def _write_json(program: Program, key: str, directory: Path, npz_sha256: str) -> None:
+    meta = _meta_json(program, key, npz_sha256)
     meta["checksum"] = _checksum(meta)
     text = json.dumps(meta, separators=(",", ":"))
     _atomic_write(_paths(directory, key)[1], lambda f: f.write(text.encode("utf-8")))
@@ -109,10 +113,14 @@ def write_entry(program: Program, key: str, directory: Path | None = None) -> bo
     """Store `program` under `key`; False when the cache folder cannot be written (nothing is lost)."""
     directory = cache_dir() if directory is None else directory
     npz, _ = _paths(directory, key)
+    buffer = io.BytesIO()
+    np.savez(buffer, **program.arrays())
+    data = buffer.getvalue()
+    program.meta["_npz_sha256"] = npz_sha256 = hashlib.sha256(data).hexdigest()
     try:
         # Arrays first, JSON second: an entry counts only once its JSON exists.
-        _atomic_write(npz, lambda f: np.savez(f, **program.arrays()))
-        _write_json(program, key, directory)
+        _atomic_write(npz, lambda f: f.write(data))
+        _write_json(program, key, directory, npz_sha256)
     except OSError:
         return False
     return True
@@ -143,7 +151,10 @@ def read_entry(key: str, sha256: str, name: str, directory: Path | None = None) 
         tensor_names = tuple(meta["tensor_names"])
         if not all(isinstance(n, str) for n in op_names + tensor_names):
             return None
-        with np.load(npz, allow_pickle=False) as z:
+        data = npz.read_bytes()
+        if hashlib.sha256(data).hexdigest() != meta["npz_sha256"]:
+            return None
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             if set(z.files) != set(ARRAY_FIELDS):
                 return None
             arrays = {k: z[k] for k in ARRAY_FIELDS}
@@ -162,6 +173,7 @@ def read_entry(key: str, sha256: str, name: str, directory: Path | None = None) 
     program.meta["instructions"] = instructions
     program.meta["skipped_lines"] = meta.get("skipped_lines")
     program.meta["annotations"] = meta.get("annotations")
+    program.meta["_npz_sha256"] = meta["npz_sha256"]
     if baseline is not None:
         program.meta["baseline"] = baseline
     return program
@@ -198,7 +210,7 @@ def load_cached(source: TraceSource, strict: bool = False, directory: Path | Non
         if "baseline" not in program.meta:
             program.meta["baseline"] = compute_baseline(program)
             try:
-                _write_json(program, key, directory)
+                _write_json(program, key, directory, program.meta["_npz_sha256"])
             except OSError:
                 pass
         return program

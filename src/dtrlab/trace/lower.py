@@ -148,12 +148,19 @@ class _Builder:
 def lower(text: TraceText, strict: bool = False) -> Program:
     """The program the reference simulator builds from these instructions.
 
-    strict: a RELEASE of an unknown name is an error (the reference ignores it).
+    strict: a RELEASE of an unknown or already released name is an error (else it is ignored).
+
+    A name holds one reference from its definition to its RELEASE; after that it names nothing,
+    so a use of it is an error (naming the RELEASE's line) and a second RELEASE is a RELEASE of an
+    unknown name. The reference keeps a released name bound and would drop a second reference,
+    freeing a tensor that another name still holds; no public trace does either. A tensor's count
+    of references is therefore the number of live names bound to it, never below 0 while used.
     """
     path = text.source.path
     ins = text.instructions
     b = _Builder(path)
     bound: dict[str, int] = {}  # name -> tensor id; rebinding keeps the name's first position
+    released: dict[str, int] = {}  # name -> line of its RELEASE (the name stays in `bound`)
     refs: list[int] = []  # per tensor: names and copies still holding it
     backward = False
     n = len(ins)
@@ -163,15 +170,19 @@ def lower(text: TraceText, strict: bool = False) -> Program:
         return TraceError(path, line, reason)
 
     def lookup(name: str, line: int) -> int:
+        if name in released:
+            raise err(line, f"tensor {name!r} is used after its RELEASE (line {released[name]})")
         try:
             return bound[name]
         except KeyError:
             raise err(line, f"reference to undefined tensor {name!r}") from None
 
-    def define(name: str, tensor: int, line: int) -> None:
+    def check_new(name: str, line: int) -> None:
+        # The reference refuses to rebind a name too: the pinned outputs follow first bindings.
+        if name in released:
+            raise err(line, f"tensor {name!r} is defined again after its RELEASE (line {released[name]})")
         if name in bound:
             raise err(line, f"tensor {name!r} is defined twice")
-        bound[name] = tensor
 
     while i < n:
         x = ins[i]
@@ -195,8 +206,7 @@ def lower(text: TraceText, strict: bool = False) -> Program:
                 aliases.append(ali.alias)
                 i += 2
             for result in x.results:
-                if result in bound:
-                    raise err(x.line, f"tensor {result!r} is defined twice")
+                check_new(result, x.line)
             if len(set(x.results)) != len(x.results):
                 raise err(x.line, "CALL names the same result twice")
             outs = b.add_op(x.name, x.time_ns, args, sizes, aliases, list(x.results), backward, x.line)
@@ -209,8 +219,7 @@ def lower(text: TraceText, strict: bool = False) -> Program:
                 raise err(mem.line if mem is not None else x.line,
                           f"CONSTANT {x.name!r} (line {x.line}) needs its MEMORY line here")
             i += 1
-            if x.name in bound:
-                raise err(x.line, f"tensor {x.name!r} is defined twice")
+            check_new(x.name, x.line)
             (t,) = b.add_op(CONSTANT_OP, 0, [], [mem.size_bytes], [-1], [x.name], backward, x.line,
                             constant=True)
             b.steps.append((PIN, t))
@@ -218,16 +227,19 @@ def lower(text: TraceText, strict: bool = False) -> Program:
             refs.append(1)
         elif isinstance(x, Copy):
             src = lookup(x.src, x.line)
-            define(x.dst, src, x.line)
+            check_new(x.dst, x.line)
+            bound[x.dst] = src
             refs[src] += 1
             b.steps.append((GET, src))
         elif isinstance(x, Release):
             t = bound.get(x.name)
-            if t is None:
+            if t is None or x.name in released:
                 if strict:
-                    raise err(x.line, f"RELEASE of undefined tensor {x.name!r}")
+                    raise err(x.line, f"RELEASE of undefined tensor {x.name!r}" if t is None else
+                              f"second RELEASE of {x.name!r} (first on line {released[x.name]})")
                 continue
             refs[t] -= 1
+            released[x.name] = x.line
             b.steps.append((RELEASE, t))
         elif isinstance(x, Mutate):
             backward = backward or "backward" in x.name
@@ -246,6 +258,8 @@ def lower(text: TraceText, strict: bool = False) -> Program:
         elif isinstance(x, CopyFrom):
             old = lookup(x.dst, x.line)
             src = lookup(x.src, x.line)
+            if old == src:  # `COPY_FROM x <- x`, or a name already holding SRC's tensor: nothing moves
+                continue
             bound[x.dst] = src
             refs[old] -= 1
             refs[src] += 1

@@ -5,12 +5,14 @@ Owns the JSON-lines format; every malformed line becomes a TraceError(path, line
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
 import re
 import zipfile
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Union
@@ -98,10 +100,21 @@ def _field(obj: dict, key: str, path: str, line: int):
         raise TraceError(path, line, f"{obj['INSTRUCTION']} is missing field {key}") from None
 
 
+def _text(text: str, key: str, path: str, line: int) -> None:
+    """A name must be text: JSON can escape a lone surrogate ("\\udc80"), which no output can print."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(text[exc.start])
+            raise TraceError(path, line, f"field {key} holds a lone surrogate \\u{code:04x}, not text") from None
+
+
 def _name(obj: dict, key: str, path: str, line: int) -> str:
     value = _field(obj, key, path, line)
     if not isinstance(value, str) or not value:
         raise TraceError(path, line, f"field {key} must be a non-empty string, got {value!r}")
+    _text(value, key, path, line)
     return value
 
 
@@ -127,6 +140,7 @@ def _names(obj: dict, key: str, path: str, line: int) -> tuple[str, ...]:
     value = _field(obj, key, path, line)
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise TraceError(path, line, f"field {key} must be a list of names, got {value!r}")
+    _text("".join(value), key, path, line)
     return tuple(value)
 
 
@@ -189,7 +203,7 @@ def parse_line(text: str, path: str, line: int) -> Instruction:
 class TraceSource:
     """One trace inside a source: where its bytes are and how to read them."""
 
-    name: str  # short name: the log file name's first word, e.g. "resnet32"
+    name: str  # unique in its source: the file name's first word ("resnet32"), longer if that clashes
     title: str  # the manifest's name, or the file name
     path: str  # for messages: a file path, or "logs.zip:logs/x.log"
     has_start: bool | None  # True: skip to START; None: skip to START when there is one
@@ -211,12 +225,45 @@ class TraceSource:
         return data
 
 
-def _short_name(file_name: str) -> str:
+def _words(file_name: str) -> list[str]:
+    """A trace file's name without its folder and suffixes, split at "-"."""
     base = Path(file_name).name
     for suffix in (".gz", ".log", ".jsonl", ".json"):
         if base.endswith(suffix):
             base = base[: -len(suffix)]
-    return base.split("-")[0] or base
+    return [w for w in base.split("-") if w] or [base]
+
+
+def unique_names(files: list[str]) -> list[str]:
+    """One name a trace, unique in its source: the file name's first word, lengthened where it clashes.
+
+    Names shared by several files take one more word of each file name, until they differ
+    (`resnet32-8` and `resnet32-56`); names that clash with every word taken become the file's
+    path in the source, and then take `#n` by order of appearance. Case is ignored, as in select.
+    """
+    words = [_words(f) for f in files]
+    length = [1] * len(files)
+    names = [w[0] for w in words]
+
+    def clashing() -> list[int]:
+        count = Counter(n.lower() for n in names)
+        return [i for i, n in enumerate(names) if count[n.lower()] > 1]
+
+    while grow := [i for i in clashing() if length[i] < len(words[i])]:
+        for i in grow:
+            length[i] += 1
+            names[i] = "-".join(words[i][:length[i]])
+    for i in clashing():
+        names[i] = files[i]
+    seen: Counter = Counter()
+    for i in clashing():
+        seen[names[i].lower()] += 1
+        names[i] = f"{names[i]}#{seen[names[i].lower()]}"
+    return names
+
+
+def _named(sources: list[TraceSource], files: list[str]) -> list[TraceSource]:
+    return [dataclasses.replace(s, name=n) for s, n in zip(sources, unique_names(files))]
 
 
 def _file_loader(path: Path) -> Callable[[], bytes]:
@@ -231,71 +278,145 @@ def _zip_loader(zip_path: Path, member: str) -> Callable[[], bytes]:
     return load
 
 
-def _from_manifest(manifest: dict, where: str, exists: Callable[[str], bool],
+def _log_candidates(log: str, folder_name: str) -> list[str] | None:
+    """Where a manifest's `log` may be, relative to the manifest's folder; None if it points outside.
+
+    Two layouts are read: paths relative to the manifest's folder (`x.log`), and simrd's, relative
+    to the folder above it (`logs/x.log` in `logs/manifest.json`), which still lands inside.
+    """
+    parts = re.split(r"[/\\]", log)
+    if (not log or log.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", log)
+            or any(p == ".." for p in parts)):
+        return None
+    parts = [p for p in parts if p not in ("", ".")]
+    if not parts:
+        return None
+    candidates = ["/".join(parts)]
+    if folder_name and len(parts) > 1 and parts[0] == folder_name:
+        candidates.append("/".join(parts[1:]))
+    return candidates
+
+
+def _from_manifest(manifest: dict, where: str, folder_name: str, exists: Callable[[str], bool | None],
                    loader: Callable[[str], Callable[[], bytes]], display: Callable[[str], str]) -> list[TraceSource]:
+    """The traces a manifest names. exists(member): True, False, or None for a member outside the source."""
     models = manifest.get("models") if isinstance(manifest, dict) else None
     if not isinstance(models, list):
         raise TraceError(where, 1, "manifest.json must hold an object with a list 'models'")
-    out = []
+    out, files = [], []
     for i, model in enumerate(models):
         if not isinstance(model, dict) or not isinstance(model.get("log"), str):
             raise TraceError(where, 1, f"manifest model #{i} has no 'log' file name")
         log = model["log"]
-        if not exists(log):
+        candidates = _log_candidates(log, folder_name) or []
+        found = {c: exists(c) for c in candidates}
+        if not candidates or None in found.values():
+            raise TraceError(where, 1, f"manifest model #{i} names {log!r}, which is outside the source")
+        member = next((c for c, there in found.items() if there), None)
+        if member is None:
             raise TraceError(where, 1, f"manifest names {log!r}, which is not there")
-        out.append(TraceSource(_short_name(log), str(model.get("name", log)), display(log),
-                               bool(model.get("has_start", False)), loader(log)))
-    return out
+        out.append(TraceSource(member, str(model.get("name", log)), display(member),
+                               bool(model.get("has_start", False)), loader(member)))
+        files.append(member)
+    return _named(out, files)
+
+
+def _inside(folder: Path) -> Callable[[str], bool | None]:
+    """Whether a member is a file in `folder`: None when it resolves outside it (a symbolic link)."""
+    root = folder.resolve()
+
+    def exists(member: str) -> bool | None:
+        target = (folder / member).resolve()
+        if target != root and root not in target.parents:
+            return None
+        return target.is_file()
+
+    return exists
+
+
+def _open_folder(path: Path, source: str | Path) -> list[TraceSource]:
+    manifest = path / "manifest.json"
+    if not manifest.exists() and (path / "logs" / "manifest.json").is_file():
+        # The folder `unzip logs.zip` leaves: its traces and manifest are in logs/.
+        path, manifest = path / "logs", path / "logs" / "manifest.json"
+    if manifest.exists():
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise TraceError(str(manifest), getattr(exc, "lineno", 1), f"malformed manifest: {exc}") from None
+        return _from_manifest(data, str(manifest), path.name, _inside(path),
+                              lambda n: _file_loader(path / n), lambda n: str(path / n))
+    files = sorted(p for p in path.iterdir() if p.is_file() and
+                   re.search(r"\.(log|jsonl)(\.gz)?$", p.name))
+    if not files:
+        raise UsageError(f"{source}: a folder with neither manifest.json nor trace files")
+    return _named([TraceSource(p.name, p.name, str(p), None, _file_loader(p)) for p in files],
+                  [p.name for p in files])
+
+
+def _open_zip(path: Path, source: str | Path) -> list[TraceSource]:
+    if not zipfile.is_zipfile(path):
+        raise TraceError(str(source), 0, "not a zip file (no central directory: truncated or damaged)")
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise TraceError(str(source), 0, f"corrupt zip file: {exc}") from None
+    with zf:
+        names = set(zf.namelist())
+        manifests = sorted(n for n in names if n.endswith("manifest.json"))
+        if not manifests:
+            raise UsageError(f"{source}: a zip file without manifest.json (expected logs/manifest.json)")
+        member = "logs/manifest.json" if "logs/manifest.json" in names else manifests[0]
+        prefix = member[: -len("manifest.json")]
+        try:
+            data = json.loads(zf.read(member))
+        except (ValueError, zipfile.BadZipFile, zlib.error) as exc:  # ValueError: JSON and UTF-8
+            raise TraceError(f"{source}:{member}", getattr(exc, "lineno", 1), f"malformed manifest: {exc}") from None
+    folder_name = prefix.rstrip("/").rsplit("/", 1)[-1]
+    return _from_manifest(data, f"{source}:{member}", folder_name, lambda n: prefix + n in names,
+                          lambda n: _zip_loader(path, prefix + n), lambda n: f"{source}:{prefix}{n}")
+
+
+# A zip file starts with a local file header (or, empty, with the end of the central directory).
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def _looks_like_zip(path: Path) -> bool:
+    if path.suffix.lower() == ".zip":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in _ZIP_MAGIC
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def open_source(source: str | Path) -> list[TraceSource]:
-    """Every trace in a source: a .log/.jsonl(.gz) file, a folder with manifest.json, or a logs.zip."""
+    """Every trace in a source: a .log/.jsonl(.gz) file, a folder with manifest.json (or with
+    logs/manifest.json, as `unzip logs.zip` leaves it), or a logs.zip."""
     path = Path(source)
     if not path.exists():
         raise UsageError(f"{source}: no such file or folder")
     if path.is_dir():
-        manifest = path / "manifest.json"
-        if manifest.exists():
-            try:
-                data = json.loads(manifest.read_text())
-            except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-                raise TraceError(str(manifest), getattr(exc, "lineno", 1), f"malformed manifest: {exc}") from None
-            return _from_manifest(data, str(manifest), lambda n: (path / n).is_file(),
-                                  lambda n: _file_loader(path / n), lambda n: str(path / n))
-        files = sorted(p for p in path.iterdir() if p.is_file() and
-                       re.search(r"\.(log|jsonl)(\.gz)?$", p.name))
-        if not files:
-            raise UsageError(f"{source}: a folder with neither manifest.json nor trace files")
-        return [TraceSource(_short_name(p.name), p.name, str(p), None, _file_loader(p)) for p in files]
-    if zipfile.is_zipfile(path):
-        try:
-            zf = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError) as exc:
-            raise TraceError(str(source), 0, f"corrupt zip file: {exc}") from None
-        with zf:
-            names = set(zf.namelist())
-            manifests = sorted(n for n in names if n.endswith("manifest.json"))
-            if not manifests:
-                raise UsageError(f"{source}: a zip file without manifest.json (expected logs/manifest.json)")
-            member = "logs/manifest.json" if "logs/manifest.json" in names else manifests[0]
-            prefix = member[: -len("manifest.json")]
-            try:
-                data = json.loads(zf.read(member))
-            except (ValueError, zipfile.BadZipFile, zlib.error) as exc:  # ValueError: JSON and UTF-8
-                raise TraceError(f"{source}:{member}", getattr(exc, "lineno", 1), f"malformed manifest: {exc}") from None
-        return _from_manifest(data, f"{source}:{member}", lambda n: prefix + n in names,
-                              lambda n: _zip_loader(path, prefix + n), lambda n: f"{source}:{prefix}{n}")
-    return [TraceSource(_short_name(path.name), path.name, str(path), None, _file_loader(path))]
+        return _open_folder(path, source)
+    if _looks_like_zip(path):
+        return _open_zip(path, source)
+    return _named([TraceSource(path.name, path.name, str(path), None, _file_loader(path))], [path.name])
 
 
 def select(sources: list[TraceSource], prefixes: list[str] | None, source_label: str = "") -> list[TraceSource]:
-    """The traces whose short name or title starts with one of `prefixes` (case-insensitive)."""
+    """The traces whose name or title is one of `prefixes`, else starts with it (case-insensitive).
+
+    An exact name wins over prefixes: `resnet32` picks the trace named so even beside `resnet32-8`.
+    """
     if not prefixes:
         return sources
     chosen = []
     for prefix in prefixes:
         p = prefix.lower()
-        hits = [s for s in sources if s.name.lower().startswith(p) or s.title.lower().startswith(p)]
+        hits = [s for s in sources if p in (s.name.lower(), s.title.lower())]
+        if not hits:
+            hits = [s for s in sources if s.name.lower().startswith(p) or s.title.lower().startswith(p)]
         if not hits:
             names = ", ".join(s.name for s in sources)
             raise UsageError(f"{source_label or 'source'}: no trace matches {prefix!r} (traces: {names})")
