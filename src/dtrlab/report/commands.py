@@ -5,15 +5,21 @@ A thin typer layer over report.pipeline.reproduce.
 
 from __future__ import annotations
 
-import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from ..options import TRACES_OPT
+from ..output import console
+from ..trace import choose_source
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def _claims_table(repro) -> Table:
+    from rich.table import Table
+
     table = Table(title="claims of the study", title_justify="left", show_lines=True)
     table.add_column("claim", max_width=48)
     table.add_column("kind")
@@ -29,6 +35,7 @@ def _claims_table(repro) -> Table:
 def reproduce_cmd(
     source: Optional[str] = typer.Argument(None, help="A folder or logs.zip of the public DTR traces "
                                                       "(default: the traces shipped with dtrlab)."),
+    traces: Optional[str] = TRACES_OPT,
     out: str = typer.Option("dtrlab-report", "--out", "-o", metavar="DIR", help="The report folder."),
     quick: bool = typer.Option(False, "--quick", help="A small version for CI (a few traces and budgets)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", metavar="N",
@@ -40,11 +47,12 @@ def reproduce_cmd(
 
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
-    err = Console(file=sys.stderr)
-    repro = reproduce(source, out, quick=quick, workers=workers, console=err, progress=err.is_terminal)
-    console = Console(file=sys.stdout, highlight=False)
-    console.print(_claims_table(repro))
-    console.print(f"{len(repro.frame)} runs, {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}")
+    err = console(stderr=True)
+    repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
+                      progress=err.is_terminal)
+    out_console = console()
+    out_console.print(_claims_table(repro))
+    out_console.print(f"{len(repro.frame)} runs, {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}")
 
 
 def register(app: typer.Typer) -> None:

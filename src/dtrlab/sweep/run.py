@@ -10,21 +10,24 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
+from ..output import console
 from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT
 from ..sim.simulate import budget_from_ratio
 from ..trace.lower import Program
 from .executors import DEFAULT_EXECUTOR, get_executor
 from .grid import Point, RunSpec, refine
 from .store import Store
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     specs = list(unique.values())
     own_store = not isinstance(store, Store)
     opened = Store(store) if own_store else store
-    err = Console(stderr=True)
+    err = console(stderr=True)
     interrupted = False
     finished: set[str] = set()
     todo: list[RunSpec] = []
@@ -146,7 +149,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
         if own_store:
             opened.close()
     if report if report is not None else progress:
-        Console().print(summary_table(summary))
+        console().print(summary_table(summary))
     if interrupted and progress:
         err.print(f"interrupted: {summary.ran} runs stored this time; run the same command again to finish")
     return summary
