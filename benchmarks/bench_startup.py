@@ -1,8 +1,10 @@
-"""CLI start-up: whole `dtrlab` processes, as a user runs them, median wall time of N runs each.
+"""CLI start-up: whole `dtrlab` processes, as a user runs them, medians of N runs each.
 
 Times `dtrlab --help`, `import dtrlab.cli`, and a cached `dtrlab simulate` of the shipped resnet32
 at ratio 0.5 (the program cache warmed once, in a temporary folder), beside the interpreter's own
-start-up. Run: `make bench` or `python benchmarks/bench_startup.py [--repeat N]`.
+start-up. Prints the median wall time and the median CPU time (user + system) of the process:
+on a shared machine the CPU time moves less with the load. Run: `make bench` or
+`python benchmarks/bench_startup.py [--repeat N]`.
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ CASES = (
 )
 
 
-def process_seconds(args: list[str], env: dict, repeat: int) -> float:
-    times = []
+def process_seconds(args: list[str], env: dict, repeat: int) -> tuple[float, float]:
+    """Median wall and median CPU seconds of `repeat` runs of the interpreter with `args`."""
+    wall, cpu = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, *args], env=env, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own resource usage
+        wall.append(time.perf_counter() - t0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{' '.join(args)}: exit status {os.waitstatus_to_exitcode(status)}")
+        cpu.append(usage.ru_utime + usage.ru_stime)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def main() -> int:
@@ -45,9 +52,11 @@ def main() -> int:
         env = {**os.environ, "DTRLAB_CACHE_DIR": cache}
         # Warm once: the cached simulate then reads the lowered program and its baseline.
         subprocess.run([sys.executable, *CASES[-1][1]], env=env, check=True, stdout=subprocess.DEVNULL)
-        print(f"CLI start-up, median wall time of {args.repeat} processes")
+        print(f"CLI start-up, medians of {args.repeat} processes")
+        print(f"  {'':<56}{'wall ms':>9}{'CPU ms':>9}")
         for label, argv in CASES:
-            print(f"  {label:<56}{process_seconds(argv, env, args.repeat) * 1e3:8.1f} ms")
+            wall_s, cpu_s = process_seconds(argv, env, args.repeat)
+            print(f"  {label:<56}{wall_s * 1e3:9.1f}{cpu_s * 1e3:9.1f}")
     return 0
 
 

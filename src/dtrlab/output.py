@@ -22,14 +22,15 @@ PIPE_WIDTH = 100_000
 
 
 def console(stderr: bool = False) -> Console:
-    """A rich Console on stdout (or stderr), as wide as the terminal, or PIPE_WIDTH off one.
+    """A rich Console on stdout, as wide as the terminal or PIPE_WIDTH off one; or one on stderr.
 
+    stderr keeps rich's width: it carries progress and stage rules, drawn across the width.
     Made per call: click's test runner swaps sys.stdout, and a Console keeps the file it saw.
     """
     from rich.console import Console  # late: rich costs start-up time that --help need not pay
 
     out = Console(file=sys.stderr if stderr else sys.stdout, highlight=False)
-    if not out.is_terminal:
+    if not stderr and not out.is_terminal:
         out.width = PIPE_WIDTH
     return out
 

@@ -12,34 +12,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from conftest import SHARED
-from dtrlab.cli import app
 from dtrlab.trace import resolve_source
 from dtrlab.trace.fetch import SHA256, SIZE_BYTES, fetch_set, list_sets, sets_dir
+from test_cli import one_line_error, run
 
 LOGS_ZIP = SHARED / "traces" / "simrd-layout" / "logs.zip"
 needs_logs_zip = pytest.mark.skipif(not LOGS_ZIP.is_file(), reason=f"no simrd-layout logs.zip at {LOGS_ZIP}")
 READER_FIX = "needs the simrd-layout reader (h-inputs)"
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("dtrlab: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert result.stdout == ""
-    return lines[0]
-
 
 def flipped(body: bytes) -> bytes:
     """The same length, a few bytes in the middle inverted."""
