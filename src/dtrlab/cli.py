@@ -295,7 +295,8 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
 
 @traces_app.command("fetch")
 def traces_fetch(
-    name: str = typer.Option(DEFAULT_NAME, "--name", "-n", help="Store the set under NAME (then: --traces NAME)."),
+    name: str = typer.Option(DEFAULT_NAME, "--name", "-n", metavar="NAME",
+                             help="Store the set under NAME (then: --traces NAME)."),
     url: str = typer.Option(URL, "--url", metavar="URL", help="Where to download logs.zip from (a mirror)."),
     sha256: str = typer.Option(SHA256, "--sha256", metavar="HEX", help="The sha256 the file must have."),
 ) -> None:
