@@ -1,5 +1,10 @@
-"""Builds the optional compiled engine; dtrlab falls back to pure Python without it."""
+"""Builds the compiled engine. Optional on a user's machine (dtrlab falls back to pure Python without
+a C compiler); required when DTRLAB_REQUIRE_COMPILED=1 (CI), where a failed build fails the install."""
+import os
+
 from setuptools import Extension, setup
+
+REQUIRED = os.environ.get("DTRLAB_REQUIRE_COMPILED") == "1"
 
 setup(
     ext_modules=[
@@ -7,7 +12,7 @@ setup(
             "dtrlab.sim._cengine",
             sources=["src/dtrlab/sim/_cengine.c"],
             extra_compile_args=["-O2", "-std=gnu99"],
-            optional=True,
+            optional=not REQUIRED,
         )
     ]
 )

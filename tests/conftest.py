@@ -1,4 +1,6 @@
-"""Shared fixtures: where ../shared is, and the lowered public traces (read once per session)."""
+"""Shared fixtures: where ../shared is, the lowered public traces (read once per session), and the
+requirements a test may declare (`needs_shared`, `needs_compiled`), which skip on a user's machine and
+fail in CI (DTRLAB_REQUIRE_SHARED=1, DTRLAB_REQUIRE_COMPILED=1) so that a safety net never goes quiet."""
 
 from __future__ import annotations
 
@@ -13,11 +15,72 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DTRLAB_SHARED", REPO.parent / "shared"))
 TRACES = SHARED / "traces" / "dtr-iclr21"
 REFERENCE = SHARED / "reference"
+SIMRD_ZIP = SHARED / "traces" / "simrd-layout" / "logs.zip"
 
-needs_shared = pytest.mark.skipif(
-    not TRACES.is_dir(),
-    reason=f"the public traces are not at {TRACES} (set DTRLAB_SHARED to the shared folder)",
-)
+# A marker a test (or module, as `pytestmark`) carries; `pytest_runtest_setup` below enforces it.
+needs_shared = pytest.mark.needs_shared
+needs_compiled = pytest.mark.needs_compiled
+
+
+def _missing_shared() -> str | None:
+    if not TRACES.is_dir() or not (REFERENCE / "parity.jsonl").is_file():
+        return (f"the public traces and reference results are not at {SHARED} "
+                "(set DTRLAB_SHARED to the shared folder)")
+    return None
+
+
+def _missing_compiled() -> str | None:
+    from dtrlab.sim.simulate import compiled_available
+
+    if not compiled_available():
+        return "the compiled engine is not built (a C compiler is needed when dtrlab is installed)"
+    return None
+
+
+_REQUIREMENTS = {
+    "needs_shared": ("DTRLAB_REQUIRE_SHARED", _missing_shared),
+    "needs_compiled": ("DTRLAB_REQUIRE_COMPILED", _missing_compiled),
+}
+
+
+def require(marker: str) -> None:
+    """Skip the running test when `marker`'s requirement is not met, or fail where CI demands it."""
+    variable, missing = _REQUIREMENTS[marker]
+    reason = missing()
+    if reason is None:
+        return
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{reason}, and {variable}=1 says it must be", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_shared() -> None:
+    require("needs_shared")
+
+
+def require_compiled() -> None:
+    require("needs_compiled")
+
+
+def have_compiled() -> bool:
+    """Whether a test's compiled-engine half can run: False on a user's machine without the build,
+    a failure where CI requires the build (so the half is never dropped without a word)."""
+    variable, missing = _REQUIREMENTS["needs_compiled"]
+    reason = missing()
+    if reason is not None and os.environ.get(variable) == "1":
+        pytest.fail(f"{reason}, and {variable}=1 says it must be", pytrace=False)
+    return reason is None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_shared: needs ../shared (traces and reference results)")
+    config.addinivalue_line("markers", "needs_compiled: needs the compiled engine")
+
+
+def pytest_runtest_setup(item):
+    for marker in _REQUIREMENTS:
+        if item.get_closest_marker(marker) is not None:
+            require(marker)
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,6 +90,16 @@ def public_program(name: str):
 
     (program,) = load(TRACES, [name], cache=False)
     return program
+
+
+@functools.lru_cache(maxsize=None)
+def _goldens() -> dict:
+    return json.loads((Path(__file__).parent / "goldens.json").read_text())
+
+
+def golden(name: str) -> dict:
+    """A pinned figure from tests/goldens.json, which says where each came from."""
+    return _goldens()[name]
 
 
 @functools.lru_cache(maxsize=None)

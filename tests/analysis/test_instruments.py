@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cases import chain_program, fan_program, synthetic_program
-from conftest import needs_shared, public_program
+from conftest import have_compiled, needs_shared, public_program
 
 from dtrlab.sim.cengine import run_compiled
 from dtrlab.sim.instruments import LOCKED, PINNED_CONSTANT, Instruments
 from dtrlab.sim.policies import get_policy
 from dtrlab.sim.runtimes import get_runtime
-from dtrlab.sim.simulate import baseline, budget_from_ratio, compiled_available, simulate
+from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 
 ALL = Instruments(per_storage=True, memory_series=True, events=True, oom_snapshot=True)
 
@@ -28,7 +28,7 @@ def _check_against(program, budget_bytes, policy="dtr", runtime="eager-optimized
     if len(o.memory_series):
         assert o.memory_series[:, 1].max() <= res.peak_bytes
         assert (np.diff(o.memory_series[:, 0]) >= 0).all()
-    if compiled_available():
+    if have_compiled():
         c = run_compiled(program, budget_bytes, get_policy(policy), get_runtime(runtime), counts=True)
         sc = c["storage_counts"]
         assert np.array_equal(sc["policy_evictions"], o.policy_evictions)

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from cases import chain_program, synthetic_program
-from conftest import TRACES, needs_shared, public_program
+from conftest import TRACES, needs_compiled, needs_shared, public_program
 from typer.testing import CliRunner
 
 from dtrlab.analysis.ablation import ablate
@@ -21,9 +21,8 @@ from dtrlab.errors import UsageError
 from dtrlab.sim.cengine import run_compiled
 from dtrlab.sim.policies import get_policy
 from dtrlab.sim.runtimes import get_runtime
-from dtrlab.sim.simulate import baseline, compiled_available, simulate
+from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 
-needs_c = pytest.mark.skipif(not compiled_available(), reason="the compiled engine is not built")
 
 
 def small(seed):
@@ -65,7 +64,7 @@ def test_bisect_chain_finds_the_exact_byte():
     assert b.adjacent
 
 
-@needs_c
+@needs_compiled
 @pytest.mark.parametrize("seed", range(3))
 def test_bisect_agrees_with_brute_force(seed):
     p = small(seed)
@@ -83,7 +82,7 @@ def test_bisect_agrees_with_brute_force(seed):
     assert len(found.boundaries) % 2 == (truth[lo] != truth[hi])
 
 
-@needs_c
+@needs_compiled
 @pytest.mark.parametrize("seed", range(6))
 def test_diverge_matches_both_eviction_logs(seed):
     p = small(seed)
@@ -115,16 +114,37 @@ def test_diverge_of_a_random_policy_is_a_usage_error():
         diverge(chain_program(4), Budget(None, 400), Budget(None, 300), policy="random")
 
 
-def test_ablate_rows_match_scans():
-    p = small(1)
-    peak = baseline(p).peak_bytes
-    ratios = [0.3, 0.5, 0.7, 0.9]
-    rows = ablate(p, ratios, policies=["ab-e-size-stale", "ab-local"])
-    assert [r.policy for r in rows] == ["ab-e-size-stale", "ab-local"]
+def _ablation_oracle(program, ratios, policy, factor):
+    """An ablation row computed from `simulate` alone: feasible budgets, then the switches between
+    consecutive feasible budgets and the stretches of failures with a success on both sides."""
+    budgets = sorted((budget_from_ratio(program, r), r) for r in ratios)
+    runs = [(r, simulate(program, b, policy)) for b, r in budgets]
+    ok = [(r, res.overhead) for r, res in runs if res.outcome == "ok"]
+    factors = [max(a, b) / min(a, b) for (_, a), (_, b) in zip(ok, ok[1:])]
+    factors = [f for f in factors if f > factor]
+    marks = "".join("o" if res.outcome == "ok" else "x" for _, res in runs).strip("x")
+    stretches = [x for x in marks.split("o") if x]
+    return (len(runs), len(ok), min((r for r, _ in ok), default=None), len(factors),
+            max(factors, default=None), len(stretches), sum(map(len, stretches)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ablate_rows_match_an_oracle_built_on_simulate(seed):
+    p = small(seed)
+    ratios = [round(0.2 + 0.05 * i, 2) for i in range(17)]
+    policies = ["ab-e-size-stale", "ab-local", "ab-eq-stale", "ab-none-size"]
+    rows = ablate(p, ratios, policies=policies, factor=1.05)
+    assert [r.policy for r in rows] == policies
     for row in rows:
-        runs = scan(p, ratios, row.policy)
-        assert row.feasible == sum(r.feasible for r in runs) and row.runs == 4
-    assert peak > 0
+        assert (row.runs, row.feasible, row.min_feasible_ratio, row.switches, row.max_factor, row.inversions,
+                row.infeasible_inside) == _ablation_oracle(p, ratios, row.policy, 1.05)
+
+
+def test_the_ablation_oracle_sees_switches_and_failures():
+    """The generated programs above exercise every column: some switch, some fail."""
+    seen = [_ablation_oracle(small(seed), [round(0.2 + 0.05 * i, 2) for i in range(17)], "ab-local", 1.05)
+            for seed in range(6)]
+    assert any(row[3] > 0 for row in seen) and any(row[1] < row[0] for row in seen)
 
 
 def test_parse_budget_ratio_or_bytes():

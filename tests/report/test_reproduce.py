@@ -19,15 +19,14 @@ from dtrlab.report.pipeline import STORE_NAME, _explain_inversions, reproduce
 from dtrlab.sweep.store import Store
 from dtrlab.trace import load
 
-from conftest import TRACES, needs_shared
+from conftest import TRACES, needs_shared, require_shared
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 
 
 @pytest.fixture(scope="module")
 def public(tmp_path_factory):
-    if not TRACES.is_dir():
-        pytest.skip(f"the public traces are not at {TRACES}")
+    require_shared()
     out = tmp_path_factory.mktemp("public") / "report"
     return reproduce(str(TRACES), out, quick=True, workers=2, progress=False)
 

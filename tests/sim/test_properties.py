@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from dtrlab.sim.policies import POLICIES, get_policy
 from dtrlab.sim.runtimes import RUNTIMES
-from dtrlab.sim.simulate import baseline, budget_from_ratio, check_compatible, compiled_available, simulate
+from conftest import needs_compiled, require_compiled
+from dtrlab.sim.simulate import baseline, budget_from_ratio, check_compatible, simulate
 from dtrlab.errors import UsageError
 from helpers import synthetic_program
 
@@ -55,7 +56,7 @@ def test_memory_never_exceeds_the_budget(case):
     assert result.outcome in ("ok", "oom")
 
 
-@pytest.mark.skipif(not compiled_available(), reason="the compiled engine is not built")
+@needs_compiled
 @SETTINGS
 @given(runs)
 def test_compiled_and_python_engines_agree(case):
@@ -136,7 +137,8 @@ def test_deep_rematerialization_chain_needs_no_recursion():
     ins.extend(Release(len(ins) + 1 + k, name) for k, name in enumerate((f"x{n - 1}", "z", "y")))
     program = program_of(ins, "chain")
     assert sys.getrecursionlimit() <= 10_000
-    for engine in (["c", "python"] if compiled_available() else ["python"]):
+    require_compiled()
+    for engine in ("c", "python"):
         result = simulate(program, 400, "lru", "lazy", engine=engine)
         assert result.outcome == "ok"
         assert result.remat_ns >= 10 * n  # the whole chain was recomputed once

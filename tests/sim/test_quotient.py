@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dtrlab.sim.simulate import compiled_available
+from conftest import needs_compiled
 
-pytestmark = pytest.mark.skipif(not compiled_available(), reason="the compiled engine is not built")
+pytestmark = needs_compiled
 
 
 def q(num, den):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from dtrlab.sim.simulate import baseline, budget_from_ratio, compiled_available, simulate
+from conftest import require_compiled
+from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 from helpers import synthetic_program
 
-ENGINES = ["python", "c"] if compiled_available() else ["python"]
+ENGINES = ["python", "c"]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -20,6 +21,7 @@ def test_limit_stops_exactly_past_the_threshold(seed):
     compute = baseline(program).compute_ns
     enough = 1 + free.remat_ns / compute + 1e-9
     half = 1 + free.remat_ns / compute / 2
+    require_compiled()
     results = []
     for engine in ENGINES:
         done = simulate(program, budget, "dtr", overhead_limit=enough, engine=engine)

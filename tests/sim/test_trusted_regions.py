@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 from dtrlab.sim.cengine import _prepared, run_compiled
 from dtrlab.sim.policies import NEIGHBORHOOD, POLICIES, get_policy
 from dtrlab.sim.runtimes import get_runtime
-from dtrlab.sim.simulate import budget_from_ratio, compiled_available, simulate
+from dtrlab.sim.simulate import budget_from_ratio, simulate
+from conftest import needs_compiled
 from dtrlab.trace import load, shipped_traces
 from helpers import synthetic_program
 
-pytestmark = pytest.mark.skipif(not compiled_available(), reason="the compiled engine is not built")
+pytestmark = needs_compiled
 
 REGION_POLICIES = sorted(name for name, p in POLICIES.items() if NEIGHBORHOOD in p.needs)
 OPTIMIZED = ["optimized", "eager-optimized"]

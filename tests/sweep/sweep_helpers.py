@@ -18,10 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("DTRLAB_SHARED", REPO.parent / "shared"))
 TRACES = SHARED / "traces" / "dtr-iclr21"
 
-needs_shared = pytest.mark.skipif(
-    not TRACES.is_dir(),
-    reason=f"the public traces are not at {TRACES} (set DTRLAB_SHARED to the shared folder)",
-)
+# Enforced by tests/conftest.py: a skip on a user's machine, a failure in CI.
+needs_shared = pytest.mark.needs_shared
 
 # What the simulation decides: equal across executors, engines and interruptions.
 RESULT_COLUMNS = ["key", "trace", "trace_sha256", "policy", "runtime", "ratio", "budget_bytes",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -57,7 +58,6 @@ def test_every_range_point_is_the_float_of_its_literal(start, count, step, digit
     hi = lo + (count - 1) * d
     ratios = parse_ratios(f"{lo}:{hi}:{d}")
     assert ratios == tuple(float(str(lo + i * d)) for i in range(count))
-    assert all(r == float(repr(r)) for r in ratios)
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -89,7 +89,7 @@ def test_between_uses_the_next_decimal_digit():
     # More points than one digit holds: a digit finer still.
     assert between(0.1, 0.2, 10) == sorted(set(between(0.1, 0.2, 10)))
     assert len(between(0.1, 0.2, 10)) == 10 and all(0.1 < r < 0.2 for r in between(0.1, 0.2, 10))
-    assert all(r == float(repr(r)) and len(repr(r)) <= len("0.123") for r in between(0.1, 0.2, 10))
+    assert all(len(repr(r)) <= len("0.123") for r in between(0.1, 0.2, 10))  # short decimals, no float noise
 
 
 def test_refine_where_outcome_or_overhead_jumps():
@@ -145,7 +145,7 @@ def test_key_is_the_same_in_a_fresh_interpreter():
     env = dict(os.environ, PYTHONPATH=str(SRC), PYTHONHASHSEED="123")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == SPEC.key
-    assert len(SPEC.key) == 64 and int(SPEC.key, 16) >= 0
+    assert re.fullmatch("[0-9a-f]{64}", SPEC.key)
 
 
 # --- the cross product ------------------------------------------------------------------------

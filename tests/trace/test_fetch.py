@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED
+from conftest import SHARED, SIMRD_ZIP, needs_shared
 from dtrlab.trace import resolve_source
 from dtrlab.trace.fetch import SHA256, SIZE_BYTES, fetch_set, list_sets, sets_dir
 from test_cli import one_line_error, run
 
-LOGS_ZIP = SHARED / "traces" / "simrd-layout" / "logs.zip"
-needs_logs_zip = pytest.mark.skipif(not LOGS_ZIP.is_file(), reason=f"no simrd-layout logs.zip at {LOGS_ZIP}")
 READER_FIX = "needs the simrd-layout reader (h-inputs)"
 
 def flipped(body: bytes) -> bytes:
@@ -62,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.body = LOGS_ZIP.read_bytes() if LOGS_ZIP.is_file() else b""
+    httpd.body = SIMRD_ZIP.read_bytes() if SIMRD_ZIP.is_file() else b""
     httpd.hits = []
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -92,7 +90,7 @@ def leftovers() -> list[Path]:
 # --- success -------------------------------------------------------------------------------------
 
 
-@needs_logs_zip
+@needs_shared
 def test_fetch_stores_the_served_file_and_a_second_fetch_downloads_nothing(server):
     result = fetch(server, "/logs.zip")
     assert result.exit_code == 0, result.output
@@ -112,7 +110,7 @@ def test_fetch_stores_the_served_file_and_a_second_fetch_downloads_nothing(serve
     assert len(server.hits) == hits  # no request at all
 
 
-@needs_logs_zip
+@needs_shared
 def test_list_and_remove_show_what_is_stored(server):
     assert run("traces", "list").stdout.startswith("no trace sets in ")
     assert fetch(server, "/logs.zip", "--name", "mirror").exit_code == 0
@@ -126,13 +124,13 @@ def test_list_and_remove_show_what_is_stored(server):
     one_line_error(run("traces", "remove", "mirror"), "no trace set named 'mirror'")
 
 
-@needs_logs_zip
+@needs_shared
 def test_a_named_set_resolves_to_its_stored_file(server):
     assert fetch(server, "/logs.zip").exit_code == 0
     assert resolve_source(None, "study") == str(sets_dir() / "study.zip")
 
 
-@needs_logs_zip
+@needs_shared
 @pytest.mark.xfail(strict=True, reason=READER_FIX)
 def test_traces_study_picks_the_fetched_set_in_trace_info(server):
     assert fetch(server, "/logs.zip").exit_code == 0
@@ -141,7 +139,7 @@ def test_traces_study_picks_the_fetched_set_in_trace_info(server):
     assert json.loads(result.stdout)["name"] == "resnet32"
 
 
-@needs_logs_zip
+@needs_shared
 @pytest.mark.xfail(strict=True, reason=READER_FIX)
 def test_traces_study_picks_the_fetched_set_in_simulate(server):
     assert fetch(server, "/logs.zip").exit_code == 0
@@ -155,7 +153,7 @@ def test_traces_study_picks_the_fetched_set_in_simulate(server):
 # --- failures: one line, exit 2, nothing left behind ---------------------------------------------
 
 
-@needs_logs_zip
+@needs_shared
 @pytest.mark.parametrize("path, sha256, fragment", [
     ("/corrupt.zip", None, "(a damaged or different file); nothing stored"),
     ("/interrupted.zip", None, "the download broke off after"),
@@ -170,7 +168,7 @@ def test_a_failed_fetch_is_one_line_and_leaves_nothing(server, path, sha256, fra
     assert list_sets() == []
 
 
-@needs_logs_zip
+@needs_shared
 def test_the_interrupted_download_says_how_far_it_got(server):
     half = len(server.body) // 2
     one_line_error(fetch(server, "/interrupted.zip"), f"after {half:,} of {len(server.body):,} bytes")
@@ -182,7 +180,7 @@ def test_a_body_that_is_no_zip_is_refused_even_with_its_own_sha256(server):
     assert leftovers() == []
 
 
-@needs_logs_zip
+@needs_shared
 def test_ctrl_c_during_the_download_removes_the_temporary_file(server):
     def progress(total_bytes):
         assert total_bytes == len(server.body)
@@ -198,7 +196,7 @@ def test_ctrl_c_during_the_download_removes_the_temporary_file(server):
     assert leftovers() == []
 
 
-@needs_logs_zip
+@needs_shared
 def test_a_name_holding_another_file_is_not_replaced(server):
     assert fetch(server, "/logs.zip").exit_code == 0
     before = (sets_dir() / "study.zip").read_bytes()

@@ -31,6 +31,8 @@ class Disagreement:
 @dataclass(frozen=True)
 class Drift:
     outcome: str
+    clock_ns: int  # the replayed run's own figures: the same as `simulate` gives for it
+    evictions: int
     evaluations: int
     differing: int
     lower: int  # evaluations where the incremental cost is below the fresh one
@@ -82,4 +84,4 @@ def neighbourhood_drift(program: Program, budget_bytes: int, policy: str = "dtr"
     probe.evaluations = probe.differing = probe.lower = probe.higher = 0
     probe.first = None
     outcome = probe.run()
-    return Drift(outcome, probe.evaluations, probe.differing, probe.lower, probe.higher, probe.first)
+    return Drift(outcome, probe.clock, probe.evictions, probe.evaluations, probe.differing, probe.lower, probe.higher, probe.first)

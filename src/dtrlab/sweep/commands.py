@@ -1,4 +1,4 @@
-"""The sweep commands: `dtrlab sweep` and `dtrlab results export`, added to the CLI by `register(app)`.
+"""The sweep commands: `dtrlab sweep`, `dtrlab results export` and `salvage`, added to the CLI by `register(app)`.
 
 A thin layer: parse and check the options, then call grid, run and store.
 """
@@ -84,8 +84,9 @@ def sweep(
     from ..sim.policies import get_policy
     from ..sim.runtimes import get_runtime
     from ..trace import load
+    from .executors import get_executor
     from .grid import build_specs, parse_budget_bytes, parse_ratios
-    from .run import refine_specs, run_sweep
+    from .run import interrupted_exit_status, refine_specs, run_sweep
     from .store import Store
 
     if ratios is None and budget_bytes is None:
@@ -110,9 +111,10 @@ def sweep(
     programs = load(source, list(trace) if trace else None, cache=not no_cache)
     specs = build_specs(source, programs, policies, runtimes, ratio_values, byte_values,
                         overhead_limit=overhead_limit, seed=seed, engine=engine.value)
-    with Store(store) as opened:
-        summary = run_sweep(specs, opened, executor.value, workers, scheduler, timeout,
-                            progress=not no_progress, report=not no_progress and not refine)
+    # The executor first: an unreachable scheduler must not leave a new, empty store behind.
+    with get_executor(executor.value, workers, scheduler) as ex, Store(store) as opened:
+        summary = run_sweep(specs, opened, ex, timeout_s=timeout, progress=not no_progress,
+                            report=not no_progress and not refine)
         by_sha = {p.sha256: p for p in programs}
         for round_ in range(refine_rounds if refine and not summary.interrupted else 0):
             new = refine_specs(specs, opened, by_sha, refine, refine_factor)
@@ -120,8 +122,8 @@ def sweep(
                 break
             typer.echo(f"refinement round {round_ + 1}: {len(new)} new budgets", err=True)
             specs = specs + new
-            summary = run_sweep(specs, opened, executor.value, workers, scheduler, timeout,
-                                progress=not no_progress, report=False)
+            summary = run_sweep(specs, opened, ex, timeout_s=timeout, progress=not no_progress,
+                                report=False)
             if summary.interrupted:
                 break
         if refine and not no_progress:
@@ -129,7 +131,7 @@ def sweep(
 
             console().print(summary_table(summary))
     if summary.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_exit_status(summary.stop_signal))
 
 
 def export_results(
@@ -146,9 +148,23 @@ def export_results(
         typer.echo(f"{rows} runs written to {out}", err=True)
 
 
+def salvage_results(
+    store: str = typer.Option(..., "--store", "-s", metavar="FILE",
+                              help="The damaged DuckDB results file (only read)."),
+    out: str = typer.Option(..., "--out", "-o", metavar="NEW", help="The new store to write (must not exist)."),
+) -> None:
+    """Copy every run that can still be read from a store whose write-ahead log is damaged into a new store."""
+    from .store import salvage
+
+    kept = salvage(store, out)
+    typer.echo(f"{kept.runs} runs written to {out} (the log replayed up to byte {kept.log_bytes_kept} "
+               f"of {kept.log_bytes}; {store} is unchanged)", err=True)
+
+
 def register(app: typer.Typer) -> None:
     """Add `sweep` and the `results` group to the dtrlab app."""
     app.command("sweep")(sweep)
     results = typer.Typer(cls=TyperGroup, help="Read the results store.", no_args_is_help=True)
     results.command("export")(export_results)
+    results.command("salvage")(salvage_results)
     app.add_typer(results, name="results")

@@ -141,6 +141,10 @@ def _close_workers(kill_busy: bool) -> int:
     return len(doomed)
 
 
+# How long to try reaching a --scheduler before saying it cannot be reached.
+SCHEDULER_CONNECT_TIMEOUT_S = 10
+
+
 class DaskExecutor:
     """A Dask cluster: the scheduler at `scheduler`, or a LocalCluster of `workers` workers.
 
@@ -159,7 +163,7 @@ class DaskExecutor:
             if workers is not None:
                 raise UsageError("--workers starts a local Dask cluster; with --scheduler the cluster has its own")
             try:
-                self.client = Client(scheduler, timeout="10s")
+                self.client = Client(scheduler, timeout=f"{SCHEDULER_CONNECT_TIMEOUT_S}s")
             except (OSError, TimeoutError, ValueError) as exc:
                 raise UsageError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
         else:

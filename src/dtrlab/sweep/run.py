@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -25,6 +28,7 @@ from ..trace.lower import Program
 from .executors import DEFAULT_EXECUTOR, get_executor
 from .grid import Point, RunSpec, refine
 from .store import Store
+from .worker import STOP_SIGNALS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,8 +56,12 @@ class SweepSummary:
     ran: int  # finished and stored by this call
     missing: int  # asked for but not stored (interrupted)
     wall_s: float
-    interrupted: bool
+    stop_signal: int | None  # the signal that stopped it early (SIGINT for Ctrl-C), None if none
     rows: tuple[SummaryRow, ...]
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_signal is not None
 
     @property
     def runs_per_s(self) -> float:
@@ -107,13 +115,70 @@ def summary_table(summary: SweepSummary) -> Table:
     return table
 
 
-def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, executor: str = DEFAULT_EXECUTOR,
+class _Stopped(KeyboardInterrupt):
+    """A stop signal, raised where Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StopSignals:
+    """While a sweep runs, SIGINT and SIGTERM stop it; one that arrives while a result is being
+    stored waits until it is stored and counted, so that the summary counts what the store has."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending: int | None = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.holding:
+            self.pending = signum
+        else:
+            raise _Stopped(signum)
+
+    @contextmanager
+    def installed(self) -> Iterator["_StopSignals"]:
+        # Only the main thread receives signals; elsewhere Ctrl-C stays a KeyboardInterrupt.
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.pending is not None:
+            raise _Stopped(self.pending)
+
+
+def interrupted_exit_status(stop_signal: int) -> int:
+    """The shell's convention for a process stopped by a signal: 128 + its number (Ctrl-C: 130)."""
+    return 128 + stop_signal
+
+
+def interrupted_message(summary: SweepSummary) -> str:
+    how = "" if summary.stop_signal == signal.SIGINT else f" ({signal.Signals(summary.stop_signal).name})"
+    return f"interrupted{how}: {summary.ran} runs stored this time; run the same command again to finish"
+
+
+def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, executor=DEFAULT_EXECUTOR,
               workers: int | None = None, scheduler: str | None = None, timeout_s: float | None = None,
               progress: bool = True, *, report: bool | None = None) -> SweepSummary:
     """Run every spec the store lacks and store each result the moment it arrives.
 
-    A killed sweep loses only the runs in flight: run it again to finish. Ctrl-C stops it
-    cleanly and returns a summary with interrupted=True. `report` (default: `progress`)
+    `executor` is a name (`workers` and `scheduler` configure it) or an executor already open.
+    A killed sweep loses only the runs in flight: run it again to finish. Ctrl-C or SIGTERM stops
+    it cleanly and returns a summary with `stop_signal` set. `report` (default: `progress`)
     prints the summary table at the end.
     """
     if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
@@ -122,36 +187,38 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     for s in specs:
         unique.setdefault(s.key, s)
     specs = list(unique.values())
-    own_store = not isinstance(store, Store)
-    opened = Store(store) if own_store else store
+    # The executor before the store: a scheduler that cannot be reached leaves no new file behind.
+    named = isinstance(executor, str)
+    ex_context = get_executor(executor, workers, scheduler) if named else nullcontext(executor)
     err = console(stderr=True)
-    interrupted = False
+    stop_signal = None
     finished: set[str] = set()
     todo: list[RunSpec] = []
     t0 = time.perf_counter()
-    try:
+    with ex_context as ex, (nullcontext(store) if isinstance(store, Store) else Store(store)) as opened:
         todo = _todo(specs, opened, timeout_s)
         if todo:
-            with get_executor(executor, workers, scheduler) as ex, _progress(err, progress) as bar:
+            with _progress(err, progress) as bar:
                 task = bar.add_task(f"sweep ({ex.workers} {ex.name} workers)", total=len(todo))
                 try:
-                    for done in ex.run(todo, timeout_s):
-                        opened.put(done.spec, done.result, done.wall_s, timeout_s=timeout_s)
-                        finished.add(done.spec.key)
-                        bar.advance(task)
+                    with _StopSignals().installed() as stops:
+                        for done in ex.run(todo, timeout_s):
+                            with stops.held():
+                                opened.put(done.spec, done.result, done.wall_s, timeout_s=timeout_s)
+                                finished.add(done.spec.key)
+                            bar.advance(task)
+                except _Stopped as stop:
+                    stop_signal = stop.signum
                 except KeyboardInterrupt:
-                    interrupted = True
+                    stop_signal = signal.SIGINT
         wall_s = time.perf_counter() - t0
         summary = SweepSummary(total=len(specs), skipped=len(specs) - len(todo), ran=len(finished),
                                missing=sum(1 for s in todo if s.key not in finished), wall_s=wall_s,
-                               interrupted=interrupted, rows=summarize(opened, specs))
-    finally:
-        if own_store:
-            opened.close()
+                               stop_signal=stop_signal, rows=summarize(opened, specs))
     if report if report is not None else progress:
         console().print(summary_table(summary))
-    if interrupted and progress:
-        err.print(f"interrupted: {summary.ran} runs stored this time; run the same command again to finish")
+    if summary.interrupted and progress:
+        err.print(interrupted_message(summary))
     return summary
 
 
@@ -185,4 +252,5 @@ def refine_specs(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, 
     return sorted(new.values(), key=lambda s: (s.trace, s.policy, s.runtime, s.budget_bytes))
 
 
-__all__ = ["SummaryRow", "SweepSummary", "refine_specs", "run_sweep", "summarize", "summary_table"]
+__all__ = ["SummaryRow", "SweepSummary", "interrupted_exit_status", "refine_specs", "run_sweep", "summarize",
+           "summary_table"]

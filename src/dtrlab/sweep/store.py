@@ -5,11 +5,16 @@ Owns the schema (versioned in a meta table), what counts as done, and export to 
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import duckdb
 
@@ -18,6 +23,7 @@ from ..errors import UsageError
 from ..sim.result import TIMEOUT, RunResult
 from . import DEFAULT_STORE
 from .grid import RunSpec
+from .wal import wal_layout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,22 +98,100 @@ def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
+def wal_path(path: Path) -> Path:
+    """The write-ahead log DuckDB keeps beside a database until it checkpoints (it holds the
+    runs committed since, e.g. after a kill -9)."""
+    return path.with_name(path.name + ".wal")
+
+
+# DuckDB's failures, told apart by how its messages start (after the "IO Error: " of their type).
+_LOCKED = "Could not set lock on file"
+_NOT_DUCKDB = "exists, but it is not a valid DuckDB database file"
+_DAMAGED_LOG = "Failure while replaying WAL file"
+_DAMAGED_FILE = ("Corrupt database file", "Could not read enough bytes from file")
+
+
+def _reason(error: Exception) -> str:
+    message = _first_line(error)
+    return message.removeprefix("IO Error: ")
+
+
+def _damaged_log_error(path: Path, reason: str) -> UsageError:
+    return UsageError(f"{path}: its write-ahead log {wal_path(path).name} is damaged ({reason}); both "
+                      f"files were left as they are. `dtrlab results salvage --store {path} --out NEW.duckdb` "
+                      "copies every run that can still be read into a new store")
+
+
+def _fault(path: Path, error: duckdb.Error) -> UsageError | None:
+    """The one line for a DuckDB failure that means the file cannot be used as it is, or None."""
+    reason = _reason(error)
+    if reason.startswith(_LOCKED):
+        return UsageError(f"{path}: the store is in use by another process (a sweep still running?)")
+    if reason.startswith("The file") and reason.endswith(_NOT_DUCKDB + "!"):
+        return UsageError(f"{path}: not a dtrlab results store (not a DuckDB file); pick another --store")
+    if reason.startswith(_DAMAGED_LOG):
+        return _damaged_log_error(path, reason.split('": ', 1)[-1])  # without DuckDB's path of the log
+    if reason.startswith(_DAMAGED_FILE):
+        return UsageError(f"{path}: the results store is damaged ({reason}); it was left as it is. "
+                          "Restore it from a backup, or sweep into a new --store")
+    return None
+
+
+@contextmanager
+def _faults_named(path: Path) -> Iterator[None]:
+    """Turn a DuckDB failure that means damage (or a lock) into its one line; others pass through."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        fault = _fault(path, exc)
+        if fault is None:
+            raise
+        raise fault from None
+
+
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as exc:
-        message = _first_line(exc)
-        if "not a valid DuckDB database file" in message:
-            raise UsageError(f"{path}: not a dtrlab results store (not a DuckDB file); "
-                             "pick another --store") from None
-        if "lock" in message.lower():
-            raise UsageError(f"{path}: the store is in use by another process "
-                             "(a sweep still running?)") from None
-        raise UsageError(f"{path}: cannot open the results store: {message}") from None
+        raise (_fault(path, exc) or UsageError(
+            f"{path}: cannot open the results store: {_reason(exc)}")) from None
+
+
+def _check_log(path: Path) -> None:
+    """Refuse a log that DuckDB would cut short: replaying it drops what follows without a word,
+    and a writable open then deletes the log."""
+    log = wal_path(path)
+    try:
+        data = log.read_bytes()
+    except FileNotFoundError:
+        return
+    layout = wal_layout(data) if data else None
+    if layout is not None and not layout.whole:
+        raise _damaged_log_error(path, f"its entries stop at byte {layout.cut_at} of {layout.size_bytes}, "
+                                      "and DuckDB would drop the rest")
+
+
+# Reading every column of every table makes DuckDB check the checksum of every block in use.
+_READ_ALL = "SELECT bit_xor(hash(COLUMNS(*))) FROM {table}"
+_TABLES = ("meta", "runs", "storage_evictions")
+
+
+def _reading(method):
+    """A Store method whose DuckDB damage errors become one line."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with _faults_named(self.path):
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 class Store:
-    """An open results file. Only one process may have it open for writing (DuckDB locks it)."""
+    """An open results file. Only one process may have it open for writing (DuckDB locks it).
+
+    An existing file is first opened read-only and read through, so that DuckDB never replays,
+    rewrites or deletes anything of a file that is damaged, foreign or of another schema; only a
+    file that did not exist gets the schema.
+    """
 
     def __init__(self, path: str | os.PathLike = DEFAULT_STORE, *, create: bool = True,
                  read_only: bool = False) -> None:
@@ -119,31 +203,48 @@ class Store:
             raise UsageError(f"{self.path}: no such results store")
         if not exists and not self.path.parent.is_dir():
             raise UsageError(f"{self.path}: the folder {self.path.parent} does not exist")
+        if exists:
+            _check_log(self.path)
+            self._con = _connect(self.path, read_only=True)
+            self._checked(self._check)
+            if read_only:
+                return
+            self._con.close()
         self._con = _connect(self.path, read_only)
+        if not exists:
+            self._checked(self._create)
+
+    def _checked(self, step) -> None:
         try:
-            self._check_or_create(writable=not read_only)
+            with _faults_named(self.path):
+                step()
         except BaseException:
             self._con.close()
             raise
 
-    def _check_or_create(self, writable: bool) -> None:
+    def _create(self) -> None:
+        self._con.begin()
+        self._con.execute(_SCHEMA)
+        self._con.execute("INSERT INTO meta VALUES (?, ?, ?, ?)",
+                          [APP, SCHEMA_VERSION, __version__, datetime.now(timezone.utc)])
+        self._con.commit()
+
+    def _check(self) -> None:
         tables = {row[0] for row in self._con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
-        if not tables and writable:
-            self._con.begin()
-            self._con.execute(_SCHEMA)
-            self._con.execute("INSERT INTO meta VALUES (?, ?, ?, ?)",
-                              [APP, SCHEMA_VERSION, __version__, datetime.now(timezone.utc)])
-            self._con.commit()
-            return
         foreign = UsageError(f"{self.path}: a DuckDB file but not a dtrlab results store; "
                              "pick another --store")
         if "meta" not in tables:
             raise foreign
         try:
-            row = self._con.execute("SELECT app, schema_version FROM meta").fetchone()
-        except duckdb.Error:
+            # fetchall, not fetchone: DuckDB refuses other work (register) on a connection whose
+            # last result was not read to its end.
+            rows = self._con.execute("SELECT app, schema_version FROM meta").fetchall()
+        except duckdb.Error as exc:
+            if _fault(self.path, exc) is not None:
+                raise
             raise foreign from None
+        row = rows[0] if rows else None
         if row is None or row[0] != APP:
             raise foreign
         version = row[1]
@@ -151,18 +252,23 @@ class Store:
             age = "an older" if version < SCHEMA_VERSION else "a newer"
             raise UsageError(f"{self.path}: written by {age} dtrlab (store schema {version}, this "
                              f"dtrlab reads {SCHEMA_VERSION}); use that dtrlab, or a new --store")
+        for table in _TABLES:
+            self._con.execute(_READ_ALL.format(table=table)).fetchall()
 
     # --- reading --------------------------------------------------------------------------
 
+    @_reading
     def keys(self) -> set[str]:
         """Every stored key, whatever its outcome."""
         return {row[0] for row in self._con.execute("SELECT key FROM runs").fetchall()}
 
+    @_reading
     def timed_out(self) -> dict[str, float | None]:
         """The keys stored as timeouts, with the per-run limit each one ran under."""
         return dict(self._con.execute(
             "SELECT key, timeout_s FROM runs WHERE outcome = ?", [TIMEOUT]).fetchall())
 
+    @_reading
     def rows(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """The runs table (or the rows of `keys`), one row per run, in export order."""
         if keys is None:
@@ -177,16 +283,19 @@ class Store:
         finally:
             self._con.unregister("_wanted")
 
+    @_reading
     def storage_evictions(self, key: str) -> pd.DataFrame:
         return self._con.execute(
             "SELECT storage, heuristic_evictions, eager_evictions, rematerializations "
             "FROM storage_evictions WHERE key = ? ORDER BY storage", [key]).df()
 
+    @_reading
     def __len__(self) -> int:
         return self._con.execute("SELECT count(*) FROM runs").fetchone()[0]
 
     # --- writing --------------------------------------------------------------------------
 
+    @_reading
     def put(self, spec: RunSpec, result: RunResult, wall_s: float,
             per_storage: Mapping[int, Any] | Iterable[Any] | None = None, *,
             timeout_s: float | None = None) -> None:
@@ -269,6 +378,34 @@ def results_dataframe(path: Store | str | os.PathLike = DEFAULT_STORE) -> pd.Dat
 FORMATS = ("parquet", "csv")
 
 
+def _check_out(out: Path) -> None:
+    """An output file may be written here: its folder exists and it is not itself a folder."""
+    if out.is_dir():
+        raise UsageError(f"{out}: is a folder; give a file name")
+    if not out.parent.is_dir():
+        what = "is not a folder" if out.parent.exists() else "does not exist"
+        raise UsageError(f"{out}: the folder {out.parent} {what}")
+
+
+@contextmanager
+def _partial(target: Path) -> Iterator[Path]:
+    """A temporary name beside `target`, renamed onto it only when the block succeeds, so that an
+    interrupted or failed write never leaves half a file; an OSError is one line."""
+    try:
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write here: {exc.strerror}") from None
+    os.close(fd)
+    partial = Path(name)
+    try:
+        yield partial
+        os.replace(partial, target)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write: {exc.strerror}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def export(store: Store | str | os.PathLike = DEFAULT_STORE, fmt: str = "parquet",
            out: str | os.PathLike | None = None) -> int:
     """Write one row per run as Parquet or CSV (CSV goes to stdout without `out`); returns the row count."""
@@ -277,8 +414,8 @@ def export(store: Store | str | os.PathLike = DEFAULT_STORE, fmt: str = "parquet
         raise UsageError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
     if fmt == "parquet" and out is None:
         raise UsageError("a Parquet export needs a file: give --out FILE")
-    if out is not None and not Path(out).parent.is_dir():
-        raise UsageError(f"{out}: the folder {Path(out).parent} does not exist")
+    if out is not None:
+        _check_out(Path(out))
     opened, mine = _open(store)
     try:
         frame = opened.rows()
@@ -288,12 +425,77 @@ def export(store: Store | str | os.PathLike = DEFAULT_STORE, fmt: str = "parquet
     if out is None:
         frame.to_csv(sys.stdout, index=False)
         return len(frame)
-    # Write beside the target and rename, so an interrupted export never leaves half a file.
-    target = Path(out)
-    partial = target.with_name(target.name + ".partial")
-    if fmt == "csv":
-        frame.to_csv(partial, index=False)
-    else:
-        frame.to_parquet(partial, index=False)
-    os.replace(partial, target)
+    with _partial(Path(out)) as partial:
+        if fmt == "csv":
+            frame.to_csv(partial, index=False)
+        else:
+            frame.to_parquet(partial, index=False)
     return len(frame)
+
+
+@dataclass(frozen=True)
+class Salvaged:
+    """What `salvage` kept: the runs copied, and how much of the damaged log replayed."""
+
+    runs: int
+    log_bytes_kept: int
+    log_bytes: int
+
+
+def _opens(path: Path) -> UsageError | None:
+    """None when `path` opens as a store (read-only), else why not."""
+    try:
+        Store(path, read_only=True).close()
+    except UsageError as exc:
+        return exc
+    return None
+
+
+def salvage(store: str | os.PathLike, out: str | os.PathLike) -> Salvaged:
+    """Copy every run that can still be read from a store with a damaged log into a new store `out`.
+
+    The damaged files are only read: a private copy of the main file is opened with the longest
+    head of the log, cut at an entry's end, that replays (found by bisection: a head that ends
+    before the damage replays, one that reaches it does not), then checkpointed into `out`.
+    """
+    source, target = Path(store), Path(out)
+    if not source.is_file():
+        raise UsageError(f"{source}: no such results store")
+    if target.exists() or wal_path(target).exists():
+        raise UsageError(f"{target}: already exists; salvage writes a new store")
+    _check_out(target)
+    log = wal_path(source).read_bytes() if wal_path(source).exists() else b""
+    layout = wal_layout(log) if log else None
+    # Heads to try, shortest first: none of the log, each entry's end (or all of a log in a
+    # framing this does not read).
+    cuts = [0, *(layout.ends if layout is not None else [len(log)])]
+    work = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.salvage."))
+    try:
+        copy = work / "store.duckdb"
+        shutil.copyfile(source, copy)
+
+        def opens_with(cut: int) -> UsageError | None:
+            wal_path(copy).unlink(missing_ok=True)
+            if cut:
+                wal_path(copy).write_bytes(log[:cut])
+            return _opens(copy)
+
+        error = opens_with(0)
+        if error is not None:
+            raise error
+        lo, hi = 0, len(cuts) - 1  # cuts[lo] opens; find the last that does
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if opens_with(cuts[mid]) is None:
+                lo = mid
+            else:
+                hi = mid - 1
+        opens_with(cuts[lo])
+        with Store(copy) as repaired:  # a writable open replays the head and checkpoints it
+            runs = len(repaired)
+        os.replace(copy, target)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write: {exc.strerror}") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Salvaged(runs, cuts[lo], len(log))

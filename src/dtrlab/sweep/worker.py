@@ -21,6 +21,10 @@ from ..sim.result import TIMEOUT, RunResult
 from .grid import RunSpec
 
 
+# The signals that stop a sweep cleanly (what is stored stays, the summary is printed).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @dataclass(frozen=True)
 class Finished:
     """One run done: its spec, its result (outcome timeout when it was killed) and its wall time."""
@@ -73,8 +77,10 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def child_main(read_fd: int, write_fd: int, parent_pid: int) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides what happens to us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C (and a SIGTERM sent to the process group) reach us too; the parent decides what
+    # happens to us, and stores what is done first.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     from ..sim.simulate import simulate
