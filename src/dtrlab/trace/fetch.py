@@ -6,12 +6,11 @@ and the download: progress, then checks, then one rename, so a set is there whol
 
 from __future__ import annotations
 
-import hashlib
+# hashlib, tempfile, zipfile and urllib load in the functions that use them: the CLI imports this
+# module for the defaults of `traces fetch`, and `dtrlab --help` should not pay for them.
 import os
 import re
-import tempfile
 import time
-import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +98,8 @@ def stored_set(name: str) -> Path:
 
 
 def _sha256_of(path: Path) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -146,6 +147,8 @@ def fetch_set(name: str = DEFAULT_NAME, url: str = URL, sha256: str = SHA256, *,
     """
     sha256 = check_sha256(sha256)
     path = _path(name)
+    import tempfile
+
     t0 = time.perf_counter()
     if path.is_file():
         there = _described(name, path)
@@ -208,6 +211,8 @@ def _download(url: str, out, progress) -> int:
 
 def _check(url: str, tmp: Path, size: int, sha256: str) -> None:
     """The downloaded file is the one asked for, and a logs.zip of traces."""
+    import zipfile
+
     if sha256 == SHA256 and size != SIZE_BYTES:
         raise UsageError(f"{url}: {size:,} bytes, but the public traces are {SIZE_BYTES:,}; nothing stored")
     got = _sha256_of(tmp)
