@@ -117,5 +117,6 @@ def parity_rows() -> tuple[dict, ...]:
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    """Tests never write into the user's cache folder."""
+    """Tests never write into the user's cache folder, nor into their data folder (fetched traces)."""
     monkeypatch.setenv("DTRLAB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "dtrlab-cache"))
+    monkeypatch.setenv("DTRLAB_DATA_DIR", str(tmp_path_factory.mktemp("dtrlab-data")))

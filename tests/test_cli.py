@@ -293,3 +293,56 @@ def test_source_defaults_to_the_shipped_traces():
     assert out["trace"] == "resnet32" and out["outcome"] in ("ok", "oom")
     res = CliRunner().invoke(app, ["trace", "info", "--json"])
     assert res.exit_code == 0 and {t["name"] for t in json.loads(res.output)} == names
+
+
+# --- start-up and pipes --------------------------------------------------------------------------
+
+HEAVY = ("duckdb", "numpy", "pandas", "matplotlib", "dask", "pyarrow", "jinja2", "torch")
+
+
+def _modules_after(code: str, *argv: str, tmp_path: Path) -> set[str]:
+    """The top-level modules a fresh interpreter holds after running `code` with argv."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "DTRLAB_CACHE_DIR": str(tmp_path / "cache")}
+    wrapped = (f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
+               "import sys, json\nprint('MODULES=' + json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", wrapped, *argv], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES="))
+    return set(json.loads(line.removeprefix("MODULES=")))
+
+
+def test_importing_the_cli_loads_no_heavy_library(tmp_path):
+    loaded = _modules_after("import dtrlab.cli", tmp_path=tmp_path)
+    assert "dtrlab.cli" in loaded and "dtrlab.sweep.commands" in loaded  # the commands are registered
+    assert sorted(m for m in HEAVY if m in loaded) == []
+
+
+def test_help_loads_neither_numpy_nor_rich_help_nor_pydantic(tmp_path):
+    loaded = _modules_after("from dtrlab.cli import main; main()", "--help", tmp_path=tmp_path)
+    assert sorted(m for m in (*HEAVY, "typer.rich_utils", "rich.markdown", "pydantic") if m in loaded) == []
+
+
+def test_a_cached_simulate_loads_what_it_needs_and_no_more(tmp_path):
+    # numpy (the program and the engine) yes; the store, the report and pydantic no.
+    code = "from dtrlab.cli import main; main()"
+    argv = ("simulate", str(TINY), "--ratio", "0.5", "--json")
+    _modules_after(code, *argv, tmp_path=tmp_path)  # fills the cache
+    loaded = _modules_after(code, *argv, tmp_path=tmp_path)
+    assert "numpy" in loaded and "dtrlab.sim.simulate" in loaded
+    assert sorted(m for m in ("duckdb", "pandas", "matplotlib", "dask", "pydantic", "dtrlab.sweep.store")
+                  if m in loaded) == []
+
+
+def test_a_table_written_to_a_pipe_keeps_every_name_whole():
+    # CliRunner's stdout is not a terminal: five shipped traces side by side pass 80 columns.
+    from dtrlab.trace import load, shipped_traces
+
+    names = [p.name for p in load(shipped_traces())]
+    result = run("trace", "info")
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.stdout.splitlines() if "resnet32" in line)
+    assert len(header) > 80
+    for name in names:
+        assert name in header
+    assert "…" not in result.stdout

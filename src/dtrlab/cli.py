@@ -11,14 +11,15 @@ from enum import Enum
 from typing import Any, List, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from typer.core import TyperGroup
 
 from . import __version__
+from .coercion import plain_coercions
 from .errors import DtrlabError, UsageError
-from .output import clean, print_json
+from .options import SOURCE_ARG, TRACES_OPT
+from .output import clean, console, print_json
 from .trace import resolve_source
+from .trace.fetch import DEFAULT_NAME, SHA256, URL
 
 USER_ERROR_EXIT = 2
 
@@ -35,6 +36,10 @@ def _fail(message: str, code: int = USER_ERROR_EXIT) -> None:
 class _Group(TyperGroup):
     """The root group: every command runs inside it, so one handler turns user errors into one line."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_coercions(self)  # typer builds the group anew each run, its commands already made
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
@@ -48,11 +53,16 @@ app = typer.Typer(
     help="Simulate Dynamic Tensor Rematerialization on execution traces.",
     invoke_without_command=True,
     add_completion=False,
+    # Plain click help: typer's rich help imports rich's markdown and syntax modules, ~130 ms.
+    rich_markup_mode=None,
     # A bug in dtrlab keeps its plain traceback; the pretty one prints locals (whole arrays).
     pretty_exceptions_enable=False,
 )
 trace_app = typer.Typer(cls=TyperGroup, help="Read traces and describe them.", invoke_without_command=True)
 app.add_typer(trace_app, name="trace")
+traces_app = typer.Typer(cls=TyperGroup, help="Fetch the public DTR traces; list and remove fetched sets.",
+                         invoke_without_command=True)
+app.add_typer(traces_app, name="traces")
 
 
 def _help_without_command(ctx: typer.Context) -> None:
@@ -82,12 +92,13 @@ def _trace(ctx: typer.Context) -> None:
     _help_without_command(ctx)
 
 
+@traces_app.callback()
+def _traces(ctx: typer.Context) -> None:
+    """Fetch the public DTR traces; list and remove fetched sets."""
+    _help_without_command(ctx)
+
+
 # --- printing ---------------------------------------------------------------------------------
-
-
-def _console() -> Console:
-    # Made per call: click's test runner swaps sys.stdout, and a Console keeps the file it saw.
-    return Console(file=sys.stdout, highlight=False)
 
 
 def _count(n: int) -> str:
@@ -140,8 +151,8 @@ def _info(program) -> dict:
 
 @trace_app.command("info")
 def trace_info(
-    source: Optional[str] = typer.Argument(None, show_default=False, help="A trace file (.log/.jsonl, maybe .gz), a folder with "
-                                           "manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."),
+    source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                               help="Only traces whose name starts with NAME (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: an object, or a list for several traces."),
@@ -149,7 +160,7 @@ def trace_info(
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
 ) -> None:
     """Statistics of each trace in SOURCE: operators, tensors, storages, sizes, schedule."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
     from .trace import load
 
     programs = load(source, list(trace) if trace else None, cache=not no_cache, strict=strict)
@@ -157,6 +168,8 @@ def trace_info(
     if as_json:
         print_json(infos[0] if len(infos) == 1 else infos)
         return
+    from rich.table import Table
+
     table = Table(title=f"{source}", title_justify="left")
     table.add_column("")
     for info in infos:
@@ -164,8 +177,7 @@ def trace_info(
     for key, label, fmt in _INFO_ROWS:
         table.add_row(label, *(fmt(info[key]) for info in infos))
     table.add_row("largest operator", *(f"{i['largest_op']} (line {i['largest_op_line']})" for i in infos))
-    console = _console()
-    console.print(table)
+    console().print(table)
 
 
 # --- simulate ---------------------------------------------------------------------------------
@@ -184,7 +196,8 @@ _RESULT_KEYS = ("outcome", "overhead", "clock_ns", "baseline_compute_ns", "basel
 
 @app.command()
 def simulate(
-    source: Optional[str] = typer.Argument(None, show_default=False, help="A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."),
+    source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                         help="The trace whose name starts with NAME (needed when SOURCE holds several)."),
     ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
@@ -203,7 +216,7 @@ def simulate(
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
 ) -> None:
     """Run DTR on one trace under one memory budget and report what it cost."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
     from .sim.policies import get_policy
     from .sim.runtimes import get_runtime
     from .sim.simulate import budget_of, check_budget_args, check_compatible
@@ -225,6 +238,8 @@ def simulate(
     if as_json:
         print_json(out)
         return
+    from rich.table import Table
+
     synthetic = SYNTHETIC in (program.meta.get("annotations") or ())
     title = f"{result.trace}{' (synthetic)' if synthetic else ''}: {result.policy} / {result.runtime}"
     table = Table(title=f"{title} ({result.engine} engine)",
@@ -248,7 +263,7 @@ def simulate(
     ]
     for label, value in rows:
         table.add_row(label, value)
-    _console().print(table)
+    console().print(table)
 
 
 # --- policies ---------------------------------------------------------------------------------
@@ -265,12 +280,71 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     if as_json:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table(title="eviction policies (--policy NAME, or the reference name)", title_justify="left")
     for column in ("name", "reference", "needs", "description"):
         table.add_column(column)
     for row in rows:
         table.add_row(row["name"], row["reference"] or "", ", ".join(row["needs"]), row["description"])
-    _console().print(table)
+    console().print(table)
+
+
+# --- traces fetch / list / remove ---------------------------------------------------------------
+
+
+@traces_app.command("fetch")
+def traces_fetch(
+    name: str = typer.Option(DEFAULT_NAME, "--name", "-n", metavar="NAME",
+                             help="Store the set under NAME (then: --traces NAME)."),
+    url: str = typer.Option(URL, "--url", metavar="URL", help="Where to download logs.zip from (a mirror)."),
+    sha256: str = typer.Option(SHA256, "--sha256", metavar="HEX", help="The sha256 the file must have."),
+) -> None:
+    """Download the DTR authors' logs.zip (the public traces), check it and store it as a named set."""
+    from .trace.fetch import fetch_set, progress_bar
+
+    err = console(stderr=True)
+    with progress_bar(err) as progress:
+        fetched = fetch_set(name, url, sha256, progress=progress)
+    stored = fetched.stored
+    if fetched.downloaded_bytes:
+        # The bar is drawn only on a terminal and vanishes; this one line is what a log keeps.
+        typer.echo(f"downloaded {fetched.downloaded_bytes:,} bytes from {url} in {fetched.wall_s:.1f} s, "
+                   f"sha256 checked", err=True)
+        typer.echo(f"{stored.name}: {stored.path} (use --traces {stored.name})")
+    else:
+        typer.echo(f"{stored.name}: already fetched, {stored.path} (sha256 checked; nothing downloaded)")
+
+
+@traces_app.command("list")
+def traces_list(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
+    """The fetched trace sets: name, file, size and sha256."""
+    from rich.table import Table
+
+    from .trace.fetch import list_sets, sets_dir
+
+    sets = list_sets()
+    if as_json:
+        print_json([s.to_dict() for s in sets])
+        return
+    if not sets:
+        typer.echo(f"no trace sets in {sets_dir()} (fetch the public traces with `dtrlab traces fetch`)")
+        return
+    table = Table(title=f"trace sets in {sets_dir()} (--traces NAME)", title_justify="left")
+    for column in ("name", "file", "bytes", "sha256", "what"):
+        table.add_column(column, justify="right" if column == "bytes" else "left")
+    for s in sets:
+        table.add_row(s.name, str(s.path), _count(s.size_bytes), s.sha256,
+                      "the DTR authors' logs.zip" if s.public else "another file")
+    console().print(table)
+
+
+@traces_app.command("remove")
+def traces_remove(name: str = typer.Argument(..., metavar="NAME", help="The set to delete.")) -> None:
+    """Delete a fetched trace set."""
+    from .trace.fetch import remove_set
+
+    typer.echo(f"removed {name}: {remove_set(name)}")
 
 
 # --- other modules' commands --------------------------------------------------------------------

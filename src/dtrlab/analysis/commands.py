@@ -6,24 +6,23 @@ A thin typer layer: each command parses, calls the analysis functions and prints
 from __future__ import annotations
 
 import math
-import sys
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ..errors import UsageError
+from ..options import SOURCE_ARG, TRACES_OPT
+from ..output import console as _console
 from ..output import print_json
-from ..sim.simulate import budget_of, check_budget_args
+from ..sweep import DEFAULT_STORE
 from ..trace import resolve_source
 
-SOURCE_HELP = "A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
 TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
 
 # The arguments and options every diagnostics command takes, declared once.
-SOURCE_ARG = typer.Argument(None, show_default=False, help=SOURCE_HELP)
 TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
 POLICY_OPT = typer.Option("dtr", "--policy", "-p", help="Eviction policy.")
 RUNTIME_OPT = typer.Option("eager-optimized", "--runtime", help="Runtime.")
@@ -32,13 +31,11 @@ RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a r
 BYTES_OPT = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes.")
 
 
-def _console() -> Console:
-    return Console(file=sys.stdout, highlight=False)
-
-
 def _progress() -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     # On stderr, and only on a terminal: JSON on stdout stays clean and tests see no bars.
-    err = Console(file=sys.stderr)
+    err = _console(stderr=True)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=err, transient=True, disable=not err.is_terminal)
 
@@ -69,6 +66,7 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 def scan_cmd(
     source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC",
                                help='Budget ratios: "START:STOP:STEP" (inclusive) or a comma list.'),
@@ -77,7 +75,7 @@ def scan_cmd(
     factor: float = typer.Option(2.0, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
     as_json: bool = JSON_OPT,
-    store: str = typer.Option("dtrlab-results.duckdb", "--store", metavar="FILE",
+    store: str = typer.Option(DEFAULT_STORE, "--store", metavar="FILE",
                               help="Results store: runs already there are not simulated again."),
     workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Worker processes (default: one a core)."),
     overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
@@ -85,7 +83,8 @@ def scan_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", help="Per-run time limit in seconds."),
 ) -> None:
     """Simulate each ratio (through the results store), then report regime switches and inversions."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
+    from rich.table import Table
     from .feasibility import inversions, overhead_inversions
     from .regimes import regimes, switches
     from .scan import scan_stored
@@ -136,6 +135,7 @@ def scan_cmd(
 
 def explain_oom_cmd(
     source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     ratio: Optional[float] = RATIO_OPT,
     budget_bytes: Optional[int] = BYTES_OPT,
@@ -144,7 +144,8 @@ def explain_oom_cmd(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Why a run runs out of memory: the pending stack and what holds each resident byte."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
+    from ..sim.simulate import budget_of, check_budget_args
     from .oom import explain_oom, format_oom
 
     check_budget_args(ratio, budget_bytes)
@@ -164,6 +165,7 @@ def explain_oom_cmd(
 
 def estar_drift_cmd(
     source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     ratio: Optional[float] = RATIO_OPT,
     budget_bytes: Optional[int] = BYTES_OPT,
@@ -172,7 +174,8 @@ def estar_drift_cmd(
     as_json: bool = JSON_OPT,
 ) -> None:
     """How often the reference's incremental e* differs from a fresh traversal in one run."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
+    from ..sim.simulate import budget_of, check_budget_args
     from .estar import neighbourhood_drift
 
     check_budget_args(ratio, budget_bytes)
@@ -206,6 +209,7 @@ def _two(source, trace, policy, runtime, between):
 
 def compare_cmd(
     source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
     policy: str = POLICY_OPT,
@@ -214,7 +218,8 @@ def compare_cmd(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Compare two budgets' runs storage by storage: evictions, re-evictions, extra recompute."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
+    from rich.table import Table
     from .churn import compare_runs
 
     program, a, b = _two(source, trace, policy, runtime, between)
@@ -250,6 +255,7 @@ def compare_cmd(
 
 def diverge_cmd(
     source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
     policy: str = POLICY_OPT,
@@ -257,7 +263,8 @@ def diverge_cmd(
     as_json: bool = JSON_OPT,
 ) -> None:
     """The first policy eviction where two budgets' runs differ, and both candidates' score terms."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
+    from rich.table import Table
     from .divergence import diverge
 
     program, a, b = _two(source, trace, policy, runtime, between)
@@ -288,6 +295,7 @@ def diverge_cmd(
 
 def bisect_cmd(
     source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
     policy: str = POLICY_OPT,
@@ -296,7 +304,8 @@ def bisect_cmd(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Bisect on bytes between two budgets whose outcome or regime differ, to boundaries 1 byte apart."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
+    from rich.table import Table
     from .bisect import bisect_budgets
 
     program, a, b = _two(source, trace, policy, runtime, between)
@@ -328,6 +337,7 @@ def bisect_cmd(
 
 def ablate_cmd(
     source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC", help='"START:STOP:STEP" or a comma list.'),
     runtime: str = RUNTIME_OPT,
@@ -335,7 +345,8 @@ def ablate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
     """Every ablation policy (ab-*) over the ratios: which show switches or inversions."""
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
+    from rich.table import Table
     from ..sim.policies import ablation_policies
     from .ablation import ablate
 

@@ -6,16 +6,22 @@ first: what was found on the traces given, the claims, how to get the study's tr
 
 from __future__ import annotations
 
-import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from ..options import TRACES_OPT
+from ..output import console
+from ..trace import choose_source
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
-def _claims(repro):
+def _claims(repro) -> Table | str:
     """The claims table; one line when no claim's trace is here (six rows saying so tell nothing)."""
+    from rich.table import Table
+
     from .claims import NOT_APPLICABLE
 
     if all(c.verdict.startswith(NOT_APPLICABLE) for c in repro.claims):
@@ -36,6 +42,7 @@ def _claims(repro):
 def reproduce_cmd(
     source: Optional[str] = typer.Argument(None, help="A folder or logs.zip of the public DTR traces "
                                                       "(default: the traces shipped with dtrlab)."),
+    traces: Optional[str] = TRACES_OPT,
     out: str = typer.Option("dtrlab-report", "--out", "-o", metavar="DIR", help="The report folder."),
     quick: bool = typer.Option(False, "--quick", help="A small version for CI (a few traces and budgets)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", metavar="N",
@@ -43,27 +50,27 @@ def reproduce_cmd(
 ) -> None:
     """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
     from ..errors import UsageError
-    from .pipeline import reproduce
-
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
-    err = Console(file=sys.stderr)
-    repro = reproduce(source, out, quick=quick, workers=workers, console=err, progress=err.is_terminal)
     from .claims import study_missing
     from .findings import found_line, found_on
+    from .pipeline import reproduce
     from .plan import SUBJECT_POLICY
     from .study import FETCH_AND_REPRODUCE
     from .write import new_runs_line
 
-    console = Console(file=sys.stdout, highlight=False)
-    console.print(_claims(repro))
-    console.print("[bold]found on these traces[/bold]")
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    err = console(stderr=True)
+    repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
+                      progress=err.is_terminal)
+    out_console = console()
+    out_console.print(_claims(repro))
+    out_console.print("[bold]found on these traces[/bold]")
     for f in found_on(repro.curves, repro.traces, SUBJECT_POLICY):
-        console.print(f"  {found_line(f)}", markup=False)
+        out_console.print(f"  {found_line(f)}", markup=False)
     if study_missing(repro.claims):
-        console.print(f"The study's traces and claims: {FETCH_AND_REPRODUCE}", markup=False)
-    console.print(f"{new_runs_line(repro)}; {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}",
-                  markup=False)
+        out_console.print(f"The study's traces and claims: {FETCH_AND_REPRODUCE}", markup=False)
+    out_console.print(f"{new_runs_line(repro)}; {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}",
+                      markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,11 +10,10 @@ import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import pandas as pd
-from rich.console import Console
 
 from ..analysis.ablation import AblationRow
 from ..analysis.churn import Churn, compare_runs, storage_counts
@@ -25,6 +24,7 @@ from ..analysis.regimes import Switch, switches
 from ..analysis.scan import Budget
 from ..capture.peakgap import PeakGap, peak_gaps
 from ..errors import UsageError
+from ..output import console as _console
 from ..sim.instruments import Instruments
 from ..sim.policies import ablation_policies
 from ..sim.result import OOM
@@ -37,6 +37,9 @@ from ..trace.lower import Program
 from .findings import Curve, curves, largest_switch, runs_of
 from .memo import memo
 from .plan import FULL, QUICK, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 STORE_NAME = "dtrlab-results.duckdb"
 SHIPPED = "the traces shipped with dtrlab"
@@ -174,7 +177,7 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
     from .write import write_run_record
 
     plan = QUICK if quick else FULL
-    console = console or Console(stderr=True)
+    console = console or _console(stderr=True)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a folder")

@@ -12,8 +12,10 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import UsageError
+from ..options import SOURCE_ARG, TRACES_OPT
+from ..output import console
 from ..trace import resolve_source
-from .store import DEFAULT_STORE
+from . import DEFAULT_STORE
 
 DEFAULT_REFINE_FACTOR = 1.05
 
@@ -35,7 +37,8 @@ class ExportFormat(str, Enum):
 
 
 def sweep(
-    source: Optional[str] = typer.Argument(None, show_default=False, help="A trace file, a folder with manifest.json, or a logs.zip (default: the traces shipped with dtrlab)."),
+    source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
     trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                               help="Only traces whose name starts with NAME (repeatable; default: all)."),
     ratios: Optional[str] = typer.Option(None, "--ratios", "-r", metavar="SPEC",
@@ -77,7 +80,7 @@ def sweep(
 
     Run it again to resume: what the store has is skipped.
     """
-    source = resolve_source(source)
+    source = resolve_source(source, traces)
     from ..sim.policies import get_policy
     from ..sim.runtimes import get_runtime
     from ..trace import load
@@ -124,11 +127,9 @@ def sweep(
             if summary.interrupted:
                 break
         if refine and not no_progress:
-            from rich.console import Console
-
             from .run import summary_table
 
-            Console().print(summary_table(summary))
+            console().print(summary_table(summary))
     if summary.interrupted:
         raise typer.Exit(interrupted_exit_status(summary.stop_signal))
 

@@ -13,15 +13,15 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
-from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
+from ..output import console
 from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT
 from ..sim.simulate import budget_from_ratio
 from ..trace.lower import Program
@@ -29,6 +29,9 @@ from .executors import DEFAULT_EXECUTOR, get_executor
 from .grid import Point, RunSpec, refine
 from .store import Store
 from .worker import STOP_SIGNALS
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     # The executor before the store: a scheduler that cannot be reached leaves no new file behind.
     named = isinstance(executor, str)
     ex_context = get_executor(executor, workers, scheduler) if named else nullcontext(executor)
-    err = Console(stderr=True)
+    err = console(stderr=True)
     stop_signal = None
     finished: set[str] = set()
     todo: list[RunSpec] = []
@@ -213,7 +216,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
                                missing=sum(1 for s in todo if s.key not in finished), wall_s=wall_s,
                                stop_signal=stop_signal, rows=summarize(opened, specs))
     if report if report is not None else progress:
-        Console().print(summary_table(summary))
+        console().print(summary_table(summary))
     if summary.interrupted and progress:
         err.print(interrupted_message(summary))
     return summary

@@ -21,13 +21,13 @@ import duckdb
 from .. import __version__
 from ..errors import UsageError
 from ..sim.result import TIMEOUT, RunResult
+from . import DEFAULT_STORE
 from .grid import RunSpec
 from .wal import wal_layout
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DEFAULT_STORE = "dtrlab-results.duckdb"
 APP = "dtrlab-results"
 SCHEMA_VERSION = 1
 

@@ -1,0 +1,15 @@
+"""The command-line argument and option that every command reading traces takes: SOURCE and --traces.
+
+Declared once here and shared by the command modules (typer reuses a parameter's declaration).
+"""
+
+from __future__ import annotations
+
+import typer
+
+SOURCE_HELP = ("A trace file (.log/.jsonl, maybe .gz), a folder with manifest.json, or a logs.zip "
+               "(default: the traces shipped with dtrlab).")
+
+SOURCE_ARG = typer.Argument(None, show_default=False, help=SOURCE_HELP)
+TRACES_OPT = typer.Option(None, "--traces", metavar="NAME",
+                          help="A trace set stored by `dtrlab traces fetch`, instead of SOURCE.")
