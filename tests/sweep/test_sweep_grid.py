@@ -133,9 +133,9 @@ def test_key_changes_with_everything_that_decides_a_result():
     assert len(keys) == len(others) + 1
 
 
-def test_key_changes_with_dtrlab_version(monkeypatch):
+def test_key_changes_with_the_semantics_version(monkeypatch):
     before = replace(SPEC).key
-    monkeypatch.setattr(grid, "__version__", "0.2.0")
+    monkeypatch.setattr(grid, "SEMANTICS_VERSION", grid.SEMANTICS_VERSION + 1)
     assert replace(SPEC).key != before
 
 

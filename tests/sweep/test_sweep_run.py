@@ -234,3 +234,19 @@ def test_refinement_adds_exact_ratios_where_results_jump(local_store, tmp_path):
     assert [s.ratio for s in new] == [0.13, 0.17, 0.23, 0.27]
     assert all(s.budget_bytes == budget_from_ratio(resnet, s.ratio) for s in new)
     assert {s.policy for s in new} == {"dtr"} and not {s.key for s in new} & {s.key for s in coarse}
+
+
+def test_a_semantics_bump_reruns_what_the_store_holds(local_store, tmp_path, monkeypatch):
+    """Rows computed under an older semantics version are never served: the same grid runs again."""
+    import dtrlab.sweep.grid as grid
+
+    path = tmp_path / "bump.duckdb"
+    specs = resnet_specs(RATIOS[:2])
+    assert run_sweep(specs, path, workers=1, progress=False).ran == 2
+    assert run_sweep(resnet_specs(RATIOS[:2]), path, workers=1, progress=False).ran == 0
+    monkeypatch.setattr(grid, "SEMANTICS_VERSION", grid.SEMANTICS_VERSION + 1)
+    bumped = resnet_specs(RATIOS[:2])
+    summary = run_sweep(bumped, path, workers=1, progress=False)
+    assert (summary.ran, summary.skipped) == (2, 0)
+    with Store(path) as store:
+        assert store.keys() == {s.key for s in specs} | {s.key for s in bumped}  # the old rows stay

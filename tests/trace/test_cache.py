@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import shutil
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from hypothesis import strategies as st
 
 import dtrlab.sim.simulate as simulate_module
 import dtrlab.trace.cache as cache_module
+from dtrlab.semantics import SEMANTICS_VERSION
 from dtrlab.sim.simulate import Baseline, baseline, compute_baseline, simulate
 from dtrlab.trace import load, load_one
 from dtrlab.trace.cache import cache_dir, cache_key, load_cached
@@ -72,7 +76,7 @@ def test_key_names_version_strictness_and_start_rule():
 def test_second_load_comes_from_the_cache(cache, lowerings):
     first = load_one(TINY)
     assert first.meta["cache"] == "miss" and len(lowerings) == 1
-    assert entries(cache) == [f"{first.sha256}-v{cache_module.FORMAT_VERSION}-lenient-autostart.{ext}"
+    assert entries(cache) == [f"{first.sha256}-v{cache_module.FORMAT_VERSION}-s{SEMANTICS_VERSION}-lenient-autostart.{ext}"
                               for ext in ("json", "npz")]
     second = load_one(TINY)
     assert second.meta["cache"] == "hit" and len(lowerings) == 1
@@ -88,7 +92,7 @@ def test_second_load_comes_from_the_cache(cache, lowerings):
 
 def test_the_baseline_is_stored_and_found_without_recomputing(cache, monkeypatch):
     expected = compute_baseline(load_one(TINY, cache=False))
-    load_one(TINY)  # a miss computes and stores it
+    assert baseline(load_one(TINY)) == expected  # a miss lowers; the first baseline() stores it
 
     def refuse(program):
         raise AssertionError("the baseline should have come from the cache")
@@ -96,7 +100,7 @@ def test_the_baseline_is_stored_and_found_without_recomputing(cache, monkeypatch
     monkeypatch.setattr(simulate_module, "compute_baseline", refuse)
     program = load_one(TINY)
     assert program.meta["cache"] == "hit"
-    assert isinstance(program.meta["baseline"], Baseline)
+    assert program.meta[cache_module.STORED_BASELINE] == (expected.peak_bytes, expected.compute_ns)
     assert baseline(program) == expected
     stored = json.loads(next((cache / "programs").glob("*.json")).read_text())
     assert stored["baseline"] == {"peak_bytes": expected.peak_bytes, "compute_ns": expected.compute_ns}
@@ -104,14 +108,15 @@ def test_the_baseline_is_stored_and_found_without_recomputing(cache, monkeypatch
 
 def test_an_entry_without_baseline_gets_one(cache):
     program = load_one(TINY)
+    baseline(program)
     js = next((cache / "programs").glob("*.json"))
     meta = json.loads(js.read_text())
     meta["baseline"] = None
     meta["checksum"] = cache_module._checksum({k: v for k, v in meta.items() if k != "checksum"})
     js.write_text(json.dumps(meta))
     again = load_one(TINY)
-    assert again.meta["cache"] == "hit"
-    assert again.meta["baseline"] == program.meta["baseline"]
+    assert again.meta["cache"] == "hit" and cache_module.STORED_BASELINE not in again.meta
+    assert baseline(again) == baseline(program)
     assert json.loads(js.read_text())["baseline"] is not None
 
 
@@ -212,7 +217,7 @@ def test_fuzz_damaged_cache_files(tmp_path_factory, data):
     target.write_bytes(bytes(blob))
     again = load_cached(source, directory=folder)
     assert_same_program(again, first)
-    assert again.meta["baseline"] == first.meta["baseline"]
+    assert baseline(again) == baseline(first)
     assert again.meta["instructions"] == first.meta["instructions"]
 
 
@@ -221,7 +226,7 @@ def test_an_unwritable_cache_folder_only_costs_speed(tmp_path, monkeypatch, lowe
     blocker.write_text("not a folder")
     monkeypatch.setenv("DTRLAB_CACHE_DIR", str(blocker))
     program = load_one(TINY)
-    assert program.meta["cache"] == "miss" and isinstance(program.meta["baseline"], Baseline)
+    assert program.meta["cache"] == "miss" and isinstance(baseline(program), Baseline)
     assert load_one(TINY).meta["cache"] == "miss"
 
 
@@ -248,3 +253,22 @@ def test_simulate_from_an_edited_npz_equals_no_cache(cache, capsys):
     edit_npz(npz, "op_cost_ns", lambda a: a * 3)
     assert run() == fresh
     assert load_one(TINY).meta["cache"] == "hit"  # the entry was rewritten from the trace
+
+
+def test_a_semantics_bump_never_reads_an_old_entry(cache, lowerings, monkeypatch):
+    """Entries are keyed by the semantics version: after a bump the old entry is never read."""
+    assert load_one(TINY).meta["cache"] == "miss"
+    assert load_one(TINY).meta["cache"] == "hit"
+    monkeypatch.setattr(cache_module, "SEMANTICS_VERSION", SEMANTICS_VERSION + 1)
+    assert load_one(TINY).meta["cache"] == "miss" and len(lowerings) == 2
+    assert len(entries(cache)) == 4  # the old entry stays: a downgrade reads it again
+
+
+def test_reading_through_the_cache_needs_nothing_of_the_simulator(tmp_path):
+    """The trace package stands alone: the baseline comes from its caller."""
+    code = ("import sys; from dtrlab.trace import load_one; "
+            f"p = load_one({str(TINY)!r}); assert p.meta['cache'] in ('hit', 'miss'); "
+            "print(sorted(m for m in sys.modules if m.startswith('dtrlab.sim')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, DTRLAB_CACHE_DIR=str(tmp_path)))
+    assert out.stdout.strip() == "[]"

@@ -1,10 +1,12 @@
 """A memo of analysis results in the report folder, so a re-run does not simulate them again.
 
-Owns the key (what decides a result, dtrlab's version included) and the pickle files under analyses/.
+Owns the key (what decides a result, the semantics version included) and the pickle files under
+analyses/; an entry is used only when it holds its own key and values of today's dataclasses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -12,25 +14,59 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
+from ..semantics import SEMANTICS_VERSION
+
+_MISSING = object()
+
+
+def _canonical(kind: str, key: dict) -> str:
+    return json.dumps({"kind": kind, "key": key, "semantics": SEMANTICS_VERSION}, sort_keys=True)
+
+
+def _of_today(value: Any) -> bool:
+    """Whether every dataclass inside `value` has today's fields: pickle restores an instance of a
+    class that has gained or lost a field without a word, and it fails only when that field is read."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            if {f.name for f in dataclasses.fields(v)} != set(vars(v)):
+                return False
+            stack.extend(vars(v).values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return True
+
+
+def _read(path: Path, canonical: str) -> Any:
+    """The stored value, or _MISSING when there is none, it is damaged, or it is not this key's."""
+    try:
+        with open(path, "rb") as f:
+            stored_key, value = pickle.load(f)
+    except FileNotFoundError:
+        return _MISSING
+    except Exception:  # a damaged or foreign entry costs a recomputation, never a failure
+        return _MISSING
+    if stored_key != canonical or not _of_today(value):
+        return _MISSING
+    return value
 
 
 def memo(folder: Path, kind: str, key: dict, compute: Callable[[], Any]) -> Any:
     """compute() once per (kind, key); later calls read the stored value. The files are ours:
     written by this function, atomically, in the report folder."""
-    canonical = json.dumps({"kind": kind, "key": key, "dtrlab_version": __version__}, sort_keys=True)
+    canonical = _canonical(kind, key)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:24]
     path = Path(folder) / "analyses" / f"{kind}-{digest}.pickle"
-    if path.exists():
-        try:
-            with open(path, "rb") as f:
-                return pickle.load(f)
-        except Exception:  # a damaged entry costs a recomputation, never a failure
-            pass
+    value = _read(path, canonical)
+    if value is not _MISSING:
+        return value
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     with open(partial, "wb") as f:
-        pickle.dump(value, f)
+        pickle.dump((canonical, value), f)
     os.replace(partial, path)
     return value

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..trace.cache import STORED_BASELINE, remember_baseline
 from ..trace.lower import Program
 from ..trace.read import INT64_MAX
 from . import cengine, pyengine
@@ -33,7 +34,13 @@ def baseline(program: Program) -> Baseline:
     """The program's baseline, computed once and kept with it (and in the program cache)."""
     cached = program.meta.get("baseline")
     if cached is None:
-        cached = program.meta["baseline"] = compute_baseline(program)
+        stored = program.meta.get(STORED_BASELINE)
+        if stored is not None:
+            cached = Baseline(*stored)
+        else:
+            cached = compute_baseline(program)
+            remember_baseline(program, cached.peak_bytes, cached.compute_ns)
+        program.meta["baseline"] = cached
     return cached
 
 

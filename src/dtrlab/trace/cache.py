@@ -1,6 +1,8 @@
 """The lowered-program cache: a Program's arrays in an .npz and a small JSON beside it, keyed by content.
 
 Owns the cache's location, key and file format; a missing or corrupt entry is rebuilt, never an error.
+A program's baseline (its unconstrained peak and compute) is computed by its caller (dtrlab.sim) and
+handed back through `remember_baseline`, so that this package needs nothing of the simulator.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..semantics import SEMANTICS_VERSION
 from .lower import Program, lower
 from .read import TraceSource, parse_bytes
 
-# Bump whenever lowering, the Program's fields or this file format change: old entries are
-# then never read again (they are keyed by version), so nobody has to clear their cache.
-# 2: the .json holds the .npz's sha256; lowering refuses uses after RELEASE.
+# Bump whenever the Program's fields or this file format change; a change of what lowering computes
+# bumps dtrlab.semantics.SEMANTICS_VERSION instead. Both are in the key: old entries are then never
+# read again, so nobody has to clear their cache.
+# 2: the .json holds the .npz's sha256.
 FORMAT_VERSION = 2
 
 ARRAY_FIELDS = tuple(f.name for f in dataclasses.fields(Program) if f.type in ("np.ndarray", np.ndarray))
@@ -46,13 +50,14 @@ def cache_dir() -> Path:
 
 
 def cache_key(sha256: str, strict: bool, has_start: bool | None) -> str:
-    """What decides the lowered program: the bytes, the format version, strictness and the START rule.
+    """What decides the lowered program: the bytes, the format and semantics versions, strictness
+    and the START rule.
 
     has_start is part of the key because the same bytes lower differently when a manifest
     says has_start false (no skip) and when the START skip applies.
     """
     start = {True: "start", False: "nostart", None: "autostart"}[has_start]
-    return f"{sha256}-v{FORMAT_VERSION}-{'strict' if strict else 'lenient'}-{start}"
+    return f"{sha256}-v{FORMAT_VERSION}-s{SEMANTICS_VERSION}-{'strict' if strict else 'lenient'}-{start}"
 
 
 def _paths(directory: Path, key: str) -> tuple[Path, Path]:
@@ -77,7 +82,7 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def _meta_json(program: Program, key: str, npz_sha256: str) -> dict:
-    base = program.meta.get("baseline")
+    base = program.meta.get(STORED_BASELINE)
     return {
         "format_version": FORMAT_VERSION,
         "key": key,
@@ -89,8 +94,7 @@ def _meta_json(program: Program, key: str, npz_sha256: str) -> dict:
         "instructions": program.meta.get("instructions"),
         "skipped_lines": program.meta.get("skipped_lines"),
         "annotations": program.meta.get("annotations"),
-        "baseline": None if base is None else {"peak_bytes": int(base.peak_bytes),
-                                               "compute_ns": int(base.compute_ns)},
+        "baseline": None if base is None else {"peak_bytes": base[0], "compute_ns": base[1]},
     }
 
 
@@ -126,15 +130,31 @@ def write_entry(program: Program, key: str, directory: Path | None = None) -> bo
     return True
 
 
-def _baseline_from(value):
-    from ..sim.simulate import Baseline  # late: dtrlab.sim imports dtrlab.trace
+# program.meta keys this module owns: the stored baseline as (peak_bytes, compute_ns), and where the
+# program's entry is, so that a baseline computed later can be added to it.
+STORED_BASELINE = "stored_baseline"
+_ENTRY = "_cache_entry"
 
+
+def _baseline_from(value) -> tuple[int, int] | None:
     if value is None:
         return None
     peak, compute = value["peak_bytes"], value["compute_ns"]
-    if not (isinstance(peak, int) and isinstance(compute, int)):
-        raise TypeError("baseline fields must be integers")
-    return Baseline(peak, compute)
+    if not (type(peak) is int and type(compute) is int and peak >= 0 and compute >= 0):
+        raise TypeError("baseline fields must be non-negative integers")
+    return peak, compute
+
+
+def remember_baseline(program: Program, peak_bytes: int, compute_ns: int) -> None:
+    """Keep the program's baseline with it and, when it came through the cache, in its entry."""
+    program.meta[STORED_BASELINE] = (int(peak_bytes), int(compute_ns))
+    entry = program.meta.get(_ENTRY)
+    if entry is not None:
+        directory, key = entry
+        try:
+            _write_json(program, key, directory, program.meta["_npz_sha256"])
+        except OSError:
+            pass  # a read-only cache costs a recomputation next time, nothing more
 
 
 def read_entry(key: str, sha256: str, name: str, directory: Path | None = None) -> Program | None:
@@ -175,7 +195,7 @@ def read_entry(key: str, sha256: str, name: str, directory: Path | None = None) 
     program.meta["annotations"] = meta.get("annotations")
     program.meta["_npz_sha256"] = meta["npz_sha256"]
     if baseline is not None:
-        program.meta["baseline"] = baseline
+        program.meta[STORED_BASELINE] = baseline
     return program
 
 
@@ -193,13 +213,8 @@ def _consistent(arrays: dict[str, np.ndarray], n_ops: int, n_tensors: int) -> bo
 
 
 def load_cached(source: TraceSource, strict: bool = False, directory: Path | None = None) -> Program:
-    """The lowered program of `source` with its baseline, from the cache when it holds it.
-
-    program.meta["cache"] says "hit" or "miss". On a miss the program is lowered, its
-    baseline computed, and both stored; an entry without a baseline gets one added.
-    """
-    from ..sim.simulate import compute_baseline  # late: dtrlab.sim imports dtrlab.trace
-
+    """The lowered program of `source`, from the cache when it holds it (with its baseline, if one
+    was remembered). program.meta["cache"] says "hit" or "miss"; on a miss it is lowered and stored."""
     directory = cache_dir() if directory is None else directory
     data = source.read_bytes()
     sha256 = hashlib.sha256(data).hexdigest()
@@ -207,18 +222,14 @@ def load_cached(source: TraceSource, strict: bool = False, directory: Path | Non
     program = read_entry(key, sha256, source.name, directory)
     if program is not None:
         program.meta["cache"] = "hit"
-        if "baseline" not in program.meta:
-            program.meta["baseline"] = compute_baseline(program)
-            try:
-                _write_json(program, key, directory, program.meta["_npz_sha256"])
-            except OSError:
-                pass
-        return program
-    program = lower(parse_bytes(data, source, sha256), strict=strict)
-    program.meta["baseline"] = compute_baseline(program)
-    write_entry(program, key, directory)
-    program.meta["cache"] = "miss"
+    else:
+        program = lower(parse_bytes(data, source, sha256), strict=strict)
+        program.meta["cache"] = "miss"
+        if not write_entry(program, key, directory):
+            return program
+    program.meta[_ENTRY] = (directory, key)
     return program
 
 
-__all__ = ["FORMAT_VERSION", "cache_dir", "cache_key", "load_cached", "read_entry", "write_entry"]
+__all__ = ["FORMAT_VERSION", "STORED_BASELINE", "cache_dir", "cache_key", "load_cached", "read_entry",
+           "remember_baseline", "write_entry"]
