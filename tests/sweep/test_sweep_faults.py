@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from dtrlab.cli import app
 from dtrlab.sweep import executors
+from dtrlab.sweep.run import run_sweep
 from dtrlab.sweep.store import SCHEMA_VERSION, Store, results_dataframe, wal_path
 from dtrlab.sweep.wal import wal_layout
 from sweep_helpers import TRACES, needs_shared, oracle, resnet_specs
@@ -306,7 +307,10 @@ main(sys.argv[1:])
 SLOW_RATIOS = [round(0.1 + 0.01 * i, 2) for i in range(11)]
 
 
-def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_keeps_what_is_stored_and_says_so(tmp_path, stop):
+    """Ctrl-C (SIGINT) and SIGTERM alike: the runs stored stay, the summary and the message are
+    printed, and the exit status is 128 + the signal's number."""
     script = tmp_path / "say.py"
     script.write_text(SAY_STORED)
     path = tmp_path / "term.duckdb"
@@ -321,14 +325,66 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
         stored += line.startswith("stored")
         if stored == 2:
             break
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "interrupted (SIGTERM): " in err and "run the same command again to finish" in err
+    how = "" if stop == signal.SIGINT else f" ({signal.Signals(stop).name})"
+    assert proc.returncode == 128 + stop, err
+    assert f"interrupted{how}: " in err and "run the same command again to finish" in err
     assert "not run (interrupted)" in out  # the summary table
     frame = results_dataframe(path).set_index("key")
     assert 2 <= len(frame) < len(SLOW_RATIOS)
-    assert f"interrupted (SIGTERM): {len(frame)} runs stored this time" in err
+    assert f"interrupted{how}: {len(frame)} runs stored this time" in err
     for spec in resnet_specs(SLOW_RATIOS):
         if spec.key in frame.index:
             assert frame.loc[spec.key, "clock_ns"] == oracle(spec).clock_ns
+
+
+def test_a_worker_that_dies_loses_its_run_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """A worker process killed mid-run (as the OS's out-of-memory killer would): that run is not
+    stored and is named, every other run is stored and right, and a resume runs only the lost one."""
+    from dtrlab.sweep import executors
+
+    specs = resnet_specs([0.15, 0.2, 0.25, 0.3])
+    victim = specs[1].key
+    real_start = executors.Worker.start
+
+    def start_then_kill(worker, spec, timeout_s):
+        real_start(worker, spec, timeout_s)
+        if spec.key == victim:
+            worker.process.kill()
+
+    monkeypatch.setattr(executors.Worker, "start", start_then_kill)
+    path = tmp_path / "crash.duckdb"
+    summary = run_sweep(specs, path, workers=2, progress=False)
+    assert (summary.ran, summary.missing, len(summary.lost)) == (3, 1, 1)
+    assert "died (exit status -9)" in summary.lost[0] and str(specs[1].budget_bytes) in summary.lost[0]
+    frame = results_dataframe(path).set_index("key")
+    assert set(frame.index) == {s.key for s in specs} - {victim}
+    for spec in specs:
+        if spec.key != victim:
+            assert frame.loc[spec.key, "clock_ns"] == oracle(spec).clock_ns
+    monkeypatch.setattr(executors.Worker, "start", real_start)
+    again = run_sweep(specs, path, workers=2, progress=False)
+    assert (again.ran, again.skipped, again.lost) == (1, 3, ())
+
+
+def test_the_sweep_command_names_a_lost_run_and_exits_1(tmp_path, monkeypatch, capsys):
+    from dtrlab.cli import main
+    from dtrlab.sweep import executors
+
+    real_start = executors.Worker.start
+
+    def start_then_kill(worker, spec, timeout_s):
+        real_start(worker, spec, timeout_s)
+        if spec.ratio == 0.2:
+            worker.process.kill()
+
+    monkeypatch.setattr(executors.Worker, "start", start_then_kill)
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", str(TRACES), "-t", "resnet32", "--ratios", "0.15,0.2,0.25", "--store",
+              str(tmp_path / "s.duckdb"), "--workers", "1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1
+    assert "lost: a worker process died (exit status -9) while running resnet32 dtr" in err
+    assert "1 runs not stored because their worker process died; run the same command again" in err
+    assert len(results_dataframe(tmp_path / "s.duckdb")) == 2

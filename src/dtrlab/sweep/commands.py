@@ -132,6 +132,8 @@ def sweep(
             console().print(summary_table(summary))
     if summary.interrupted:
         raise typer.Exit(interrupted_exit_status(summary.stop_signal))
+    if ex.lost:  # said run by run above; not the user's mistake, but not a whole sweep either
+        raise typer.Exit(1)
 
 
 def export_results(

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator
 
 from ..errors import UsageError
 from .grid import RunSpec
-from .worker import Finished, Worker
+from .worker import Finished, Worker, WorkerDied
 
 
 def default_workers() -> int:
@@ -37,7 +37,9 @@ def _check_workers(workers: int | None) -> int:
 class LocalExecutor:
     """Worker processes on this machine, one a core by default, each keeping its programs loaded.
 
-    A run past its timeout has its process killed and replaced; the rest keep going.
+    A run past its timeout has its process killed and replaced; the rest keep going. A run whose
+    process dies (killed by the OS, out of memory, a crash) is not stored: its reason is kept in
+    `lost`, the process is replaced, and the rest keep going.
     """
 
     name = "local"
@@ -47,6 +49,7 @@ class LocalExecutor:
             raise UsageError("--scheduler is for --executor dask")
         self.workers = _check_workers(workers)
         self._pool: list[Worker] = []
+        self.lost: list[str] = []  # why each run that died with its process was not stored
 
     def _feed(self, queue: deque, timeout_s: float | None) -> None:
         """Give every idle worker a spec, starting workers up to the pool size."""
@@ -71,7 +74,13 @@ class LocalExecutor:
                 finished = []
                 for w in busy:
                     if w.inbox in ready:
-                        done = w.answer()
+                        try:
+                            done = w.answer()
+                        except WorkerDied as exc:
+                            pool.remove(w)
+                            w.close(kill=True)
+                            self.lost.append(str(exc))
+                            continue
                         if done is not None:
                             finished.append(done)
                 now = time.monotonic()
@@ -159,6 +168,7 @@ class DaskExecutor:
         except ImportError:  # pragma: no cover - a dependency of dtrlab
             raise UsageError("the dask executor needs dask[distributed] installed") from None
         self.cluster = None
+        self.lost: list[str] = []  # as LocalExecutor's: runs whose process died, not stored
         if scheduler is not None:
             if workers is not None:
                 raise UsageError("--workers starts a local Dask cluster; with --scheduler the cluster has its own")
@@ -199,7 +209,12 @@ class DaskExecutor:
         submit(window)
         try:
             for future in futures:
-                yield future.result()
+                try:
+                    done = future.result()
+                except WorkerDied as exc:  # raised in the Dask worker, re-raised here by Dask
+                    self.lost.append(str(exc))
+                else:
+                    yield done
                 submit(1)
         finally:
             self.client.cancel([f for f in submitted if not f.done()])

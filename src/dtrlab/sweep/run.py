@@ -58,6 +58,7 @@ class SweepSummary:
     wall_s: float
     stop_signal: int | None  # the signal that stopped it early (SIGINT for Ctrl-C), None if none
     rows: tuple[SummaryRow, ...]
+    lost: tuple[str, ...] = ()  # why each run whose worker process died was not stored
 
     @property
     def interrupted(self) -> bool:
@@ -197,6 +198,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     t0 = time.perf_counter()
     with ex_context as ex, (nullcontext(store) if isinstance(store, Store) else Store(store)) as opened:
         todo = _todo(specs, opened, timeout_s)
+        lost_before = len(getattr(ex, "lost", ()))  # an executor may serve several calls
         if todo:
             with _progress(err, progress) as bar:
                 task = bar.add_task(f"sweep ({ex.workers} {ex.name} workers)", total=len(todo))
@@ -214,11 +216,17 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
         wall_s = time.perf_counter() - t0
         summary = SweepSummary(total=len(specs), skipped=len(specs) - len(todo), ran=len(finished),
                                missing=sum(1 for s in todo if s.key not in finished), wall_s=wall_s,
-                               stop_signal=stop_signal, rows=summarize(opened, specs))
+                               stop_signal=stop_signal, rows=summarize(opened, specs),
+                               lost=tuple(getattr(ex, "lost", ())[lost_before:]))
     if report if report is not None else progress:
         console().print(summary_table(summary))
     if summary.interrupted and progress:
         err.print(interrupted_message(summary))
+    if summary.lost and progress:
+        for reason in summary.lost:
+            err.print(f"lost: {reason}", markup=False, highlight=False)
+        err.print(f"{len(summary.lost)} runs not stored because their worker process died; "
+                  "run the same command again to retry them", markup=False, highlight=False)
     return summary
 
 
