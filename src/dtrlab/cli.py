@@ -16,6 +16,8 @@ from typer.core import TyperGroup
 from . import __version__
 from .coercion import plain_coercions
 from .errors import DtrlabError, UsageError
+from .sim.policies import DEFAULT_POLICY
+from .sim.runtimes import DEFAULT_RUNTIME
 from .options import SOURCE_ARG, TRACES_OPT
 from .output import clean, console, print_json
 from .trace import resolve_source
@@ -204,8 +206,8 @@ def simulate(
                                           help="Budget as a fraction of the unconstrained peak memory."),
     budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B",
                                                help="Budget in bytes."),
-    policy: str = typer.Option("dtr", "--policy", "-p", help="Eviction policy (see `dtrlab policies`)."),
-    runtime: str = typer.Option("eager-optimized", "--runtime",
+    policy: str = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="Eviction policy (see `dtrlab policies`)."),
+    runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime",
                                 help="eager-optimized, optimized, eager, lazy, banishing (or the reference's class name)."),
     overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
                                                    help="Stop with remat_limit once the overhead must exceed X."),

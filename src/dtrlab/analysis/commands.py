@@ -14,6 +14,8 @@ from ..errors import UsageError
 from ..options import SOURCE_ARG, TRACES_OPT
 from ..output import console as _console
 from ..output import print_json
+from ..sim.policies import DEFAULT_POLICY
+from ..sim.runtimes import DEFAULT_RUNTIME
 from ..sweep import DEFAULT_STORE
 from ..trace import resolve_source
 
@@ -24,8 +26,8 @@ TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds se
 
 # The arguments and options every diagnostics command takes, declared once.
 TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
-POLICY_OPT = typer.Option("dtr", "--policy", "-p", help="Eviction policy.")
-RUNTIME_OPT = typer.Option("eager-optimized", "--runtime", help="Runtime.")
+POLICY_OPT = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="Eviction policy.")
+RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help="Runtime.")
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")
 RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak.")
 BYTES_OPT = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes.")
@@ -169,8 +171,8 @@ def estar_drift_cmd(
     trace: Optional[str] = TRACE_OPT,
     ratio: Optional[float] = RATIO_OPT,
     budget_bytes: Optional[int] = BYTES_OPT,
-    policy: str = typer.Option("dtr", "--policy", "-p", help="A policy that reads e* (dtr, msps, ab-e-*)."),
-    runtime: str = typer.Option("eager-optimized", "--runtime", help="An optimized runtime."),
+    policy: str = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="A policy that reads e* (dtr, msps, ab-e-*)."),
+    runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime", help="An optimized runtime."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """How often the reference's incremental e* differs from a fresh traversal in one run."""
@@ -353,7 +355,7 @@ def ablate_cmd(
     if not factor > 1:
         raise UsageError(f"--factor must exceed 1, got {factor}")
     grid = _ratios(ratios)
-    program = _load(source, trace, "dtr", runtime)
+    program = _load(source, trace, DEFAULT_POLICY, runtime)
     n = len(ablation_policies())
     with _progress() as bar:
         task = bar.add_task(f"{program.name} ablations", total=n * len(grid))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..sim.policies import NEIGHBORHOOD, get_policy
+from ..sim.policies import DEFAULT_POLICY, NEIGHBORHOOD, get_policy
 from ..sim.pyengine import Engine, _Region
 from ..sim.runtimes import DEFAULT_RUNTIME, get_runtime
 from ..sim.simulate import check_compatible
@@ -71,7 +71,7 @@ class _Probe(Engine):
         return features
 
 
-def neighbourhood_drift(program: Program, budget_bytes: int, policy: str = "dtr",
+def neighbourhood_drift(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY,
                         runtime: str = DEFAULT_RUNTIME) -> Drift:
     """Replay one run (the choices are the reference's) and count e* disagreements."""
     pol, rt = get_policy(policy), get_runtime(runtime)

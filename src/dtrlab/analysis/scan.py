@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..sim.policies import DEFAULT_POLICY
 from ..sim.runtimes import DEFAULT_RUNTIME
 from ..sim.simulate import budget_from_ratio, simulate
+from ..sweep import DEFAULT_STORE
 from ..trace.lower import Program
 from .runs import Run, by_budget, run_of, runs_of
 
@@ -61,7 +62,7 @@ def scan(program: Program, budgets: Iterable[Budget | float], policy: str = DEFA
 
 
 def scan_stored(source: str, program: Program, ratios: Iterable[float], policy: str = DEFAULT_POLICY,
-                runtime: str = DEFAULT_RUNTIME, *, store: str = "dtrlab-results.duckdb",
+                runtime: str = DEFAULT_RUNTIME, *, store: str = DEFAULT_STORE,
                 executor: str = "local", workers: int | None = None, timeout_s: float | None = None,
                 overhead_limit: float | None = None, progress: bool = True) -> list[Run]:
     """`scan` through the sweep store: runs already stored are read back, the rest run in

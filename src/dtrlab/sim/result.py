@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 OK, OOM, REMAT_LIMIT, TIMEOUT = "ok", "oom", "remat_limit", "timeout"
-OUTCOMES = (OK, OOM, REMAT_LIMIT, TIMEOUT)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,6 @@ class Runtime:
     optimized: bool  # maintain e* regions and equivalence classes incrementally
     banishing: bool  # the reference's RuntimeV1: free and detach storages for good
 
-    @property
-    def features(self) -> frozenset[str]:
-        return frozenset({"regions", "eq_class"}) if self.optimized else frozenset()
-
 
 RUNTIMES: dict[str, Runtime] = {
     r.name: r

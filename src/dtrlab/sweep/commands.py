@@ -14,6 +14,8 @@ from typer.core import TyperGroup
 from ..errors import UsageError
 from ..options import SOURCE_ARG, TRACES_OPT
 from ..output import console
+from ..sim.policies import DEFAULT_POLICY
+from ..sim.runtimes import DEFAULT_RUNTIME
 from ..trace import resolve_source
 from . import DEFAULT_STORE
 
@@ -94,8 +96,8 @@ def sweep(
     # Check everything cheap before reading traces: a typo should not wait for a large file.
     ratio_values = parse_ratios(ratios) if ratios is not None else ()
     byte_values = parse_budget_bytes(budget_bytes) if budget_bytes is not None else ()
-    policies = list(policy) if policy else ["dtr"]
-    runtimes = list(runtime) if runtime else ["eager-optimized"]
+    policies = list(policy) if policy else [DEFAULT_POLICY]
+    runtimes = list(runtime) if runtime else [DEFAULT_RUNTIME]
     for p in policies:
         get_policy(p)
     for r in runtimes:

@@ -16,7 +16,6 @@ from .read import (BACKWARD, INT64_MAX, KIND_NAMES, Alias, Annotate, Call, Const
 
 # Schedule step kinds. COMPUTE's target is an operator; the others' a tensor.
 COMPUTE, GET, PIN, RELEASE = 0, 1, 2, 3
-STEP_NAMES = ("compute", "get", "pin", "release")
 
 CONSTANT_OP = "constant"
 
