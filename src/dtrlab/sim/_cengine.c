@@ -218,7 +218,10 @@ static Val run_program(const Op *code, i32 n, const double *floats, const Val *f
             else *a = vdbl(as_dbl(*a) - as_dbl(b));
             break;
         case OP_MUL:
-            if (!a->f && !b.f) { if (__builtin_mul_overflow(a->i, b.i, &a->i)) *overflow = 1; }
+            if (!a->f && !b.f) {
+                if (a->i == (i64)a->i && b.i == (i64)b.i) a->i = (i128)(i64)a->i * (i64)b.i; /* fits */
+                else if (__builtin_mul_overflow(a->i, b.i, &a->i)) *overflow = 1;
+            }
             else *a = vdbl(as_dbl(*a) * as_dbl(b));
             break;
         case OP_DIV: /* the reference's quotient: inf when the denominator is not > 0 */
@@ -231,6 +234,15 @@ static Val run_program(const Op *code, i32 n, const double *floats, const Val *f
         }
     }
     return st[0];
+}
+
+/* Whether score_i64 can run this program. */
+static int integer_shape(const Op *code, i32 n) {
+    for (i32 k = 0; k < n; k++) {
+        i64 op = code[k].op;
+        if (op == OP_FLOAT || op == OP_LOG || (op == OP_DIV && k != n - 1)) return 0;
+    }
+    return 1;
 }
 
 /* ---- the program (borrowed buffers) ---------------------------------------------------- */
@@ -270,6 +282,10 @@ typedef struct {
     i32 code_n;
     const double *floats;
     i32 feat_list[N_FEATURES], feat_n; /* the features the program reads */
+    int integer_shape;                 /* score_i64 may run it */
+    /* the shape (a + b + ...) / (c * d * ...) of features and integers, when the program has it */
+    int quot_shape, num_n, den_n;      /* den_n 0: no division */
+    const Op *num_terms[MAX_STACK], *den_terms[MAX_STACK];
     int overflow;                      /* an integer of the score left 128 bits */
     double remat_limit;
     u64 rng;
@@ -721,43 +737,111 @@ static void fresh_neighborhood(St *S, i32 base, i64 *cost, i64 *latest) {
 
 /* ---- scores -------------------------------------------------------------------------------- */
 
-/* The features the program reads, for storage s. */
-static void gather(St *S, i32 s, Val *fv) {
+/* Feature f of storage s: 0 and the integer in *iv, or 1 and the double in *dv for the values
+ * that are infinite (staleness and last_access before a first use, an unbounded budget).
+ * *fresh caches the fresh traversal of this evaluation (0: not done yet). */
+static inline __attribute__((always_inline)) int feature(St *S, i32 s, i64 f, i64 *iv, double *dv, i64 fresh[3]) {
     const i64 la = S->last_access[s];
-    for (i32 k = 0; k < S->feat_n; k++) {
-        switch (S->feat_list[k]) {
-        case F_COMPUTE: fv[F_COMPUTE] = vint(S->s_compute[s]); break;
-        case F_SIZE: fv[F_SIZE] = vint(S->p->s_size[s]); break;
-        case F_STALENESS: /* infinite before the first use, as clock - (-inf) */
-            fv[F_STALENESS] = la == LA_NONE ? vdbl(INFINITY) : vint(S->clock - la);
-            break;
-        case F_ESTAR: fv[F_ESTAR] = vint((i128)S->fwd_c[s] + S->rev_c[s]); break;
-        case F_ANCESTORS: fv[F_ANCESTORS] = vint(S->rev_c[s]); break;
-        case F_EQCLASS: fv[F_EQCLASS] = vint(eq_class_cost(S, s)); break;
-        case F_FRESH_ESTAR:
-        case F_FRESH_STALENESS: {
-            if (k > 0 && (S->feat_list[k - 1] == F_FRESH_ESTAR || S->feat_list[k - 1] == F_FRESH_STALENESS))
-                break; /* one traversal gives both (feat_list is in feature order) */
-            i64 c, latest;
-            fresh_neighborhood(S, s, &c, &latest);
-            fv[F_FRESH_ESTAR] = vint(c);
-            fv[F_FRESH_STALENESS] = latest == LA_NONE ? vdbl(INFINITY) : vint(S->clock - latest);
-            break;
-        }
-        case F_LAST_ACCESS: fv[F_LAST_ACCESS] = la == LA_NONE ? vdbl(-INFINITY) : vint(la); break;
-        case F_CLOCK: fv[F_CLOCK] = vint(S->clock); break;
-        case F_EVICTIONS: fv[F_EVICTIONS] = vint(S->hist_evict[s]); break;
-        case F_REMATS: fv[F_REMATS] = vint(S->hist_remat[s]); break;
-        case F_BUDGET: fv[F_BUDGET] = S->budget == INT64_MAX ? vdbl(INFINITY) : vint(S->budget); break;
-        case F_RESIDENT: fv[F_RESIDENT] = vint(S->memory); break;
-        }
+    switch (f) {
+    case F_COMPUTE: *iv = S->s_compute[s]; return 0;
+    case F_SIZE: *iv = S->p->s_size[s]; return 0;
+    case F_STALENESS: /* clock - (-inf) */
+        if (la == LA_NONE) { *dv = INFINITY; return 1; }
+        *iv = S->clock - la;
+        return 0;
+    case F_ESTAR: *iv = S->fwd_c[s] + S->rev_c[s]; return 0;
+    case F_ANCESTORS: *iv = S->rev_c[s]; return 0;
+    case F_EQCLASS: *iv = eq_class_cost(S, s); return 0;
+    case F_FRESH_ESTAR:
+    case F_FRESH_STALENESS:
+        if (!fresh[0]) { fresh_neighborhood(S, s, &fresh[1], &fresh[2]); fresh[0] = 1; }
+        if (f == F_FRESH_ESTAR) { *iv = fresh[1]; return 0; }
+        if (fresh[2] == LA_NONE) { *dv = INFINITY; return 1; }
+        *iv = S->clock - fresh[2];
+        return 0;
+    case F_LAST_ACCESS:
+        if (la == LA_NONE) { *dv = -INFINITY; return 1; }
+        *iv = la;
+        return 0;
+    case F_CLOCK: *iv = S->clock; return 0;
+    case F_EVICTIONS: *iv = S->hist_evict[s]; return 0;
+    case F_REMATS: *iv = S->hist_remat[s]; return 0;
+    case F_BUDGET:
+        if (S->budget == INT64_MAX) { *dv = INFINITY; return 1; }
+        *iv = S->budget;
+        return 0;
+    default: *iv = S->memory; return 0; /* F_RESIDENT */
     }
 }
 
+/* The program on 64-bit integers, reading the features as it goes, for the common shape:
+ * integer operations only, with at most one division, the last operation (every built-in
+ * score). Returns 0 when a feature is infinite or an integer leaves 64 bits: the caller then
+ * runs run_program, which gives the exact result, so this is only a shortcut. */
+static int score_i64(St *S, i32 s, Val *out, i64 fresh[3]) {
+    i64 st[MAX_STACK];
+    int top = 0;
+    double unused;
+    const Op *code = S->code;
+    for (i32 k = 0, n = S->code_n; k < n; k++) {
+        const Op *o = &code[k];
+        i64 *a = &st[top - 1];
+        switch (o->op) {
+        case OP_FEATURE: if (feature(S, s, o->arg, &st[top++], &unused, fresh)) return 0; break;
+        case OP_INT: st[top++] = o->arg; break;
+        case OP_NEG: if (__builtin_sub_overflow((i64)0, *a, a)) return 0; break;
+        case OP_POW: {
+            i64 r = 1;
+            for (i64 e = 0; e < o->arg; e++)
+                if (__builtin_mul_overflow(r, *a, &r)) return 0;
+            *a = r;
+            break;
+        }
+        case OP_ADD: top--; if (__builtin_add_overflow(st[top - 1], st[top], &st[top - 1])) return 0; break;
+        case OP_SUB: top--; if (__builtin_sub_overflow(st[top - 1], st[top], &st[top - 1])) return 0; break;
+        case OP_MUL: top--; if (__builtin_mul_overflow(st[top - 1], st[top], &st[top - 1])) return 0; break;
+        case OP_MIN: top--; if (st[top] < st[top - 1]) st[top - 1] = st[top]; break;
+        case OP_MAX: top--; if (st[top - 1] < st[top]) st[top - 1] = st[top]; break;
+        case OP_DIV: /* the last operation */
+            top--;
+            *out = vdbl(st[top] > 0 ? quotient(st[top - 1], st[top]) : INFINITY);
+            return 1;
+        }
+    }
+    *out = vint(st[0]);
+    return 1;
+}
+
+/* A term of the quotient shape: an integer literal or a feature; 1 when it is infinite. */
+static inline __attribute__((always_inline)) int term(St *S, i32 s, const Op *o, i64 *iv, i64 fresh[3]) {
+    double unused;
+    if (o->op == OP_INT) { *iv = o->arg; return 0; }
+    return feature(S, s, o->arg, iv, &unused, fresh);
+}
+
+/* The quotient shape without an interpreter loop; 0 where score_i64 would give up. */
+static int score_quot(St *S, i32 s, Val *out, i64 fresh[3]) {
+    i64 num = 0, den = 1, x;
+    for (int k = 0; k < S->num_n; k++)
+        if (term(S, s, S->num_terms[k], &x, fresh) || __builtin_add_overflow(num, x, &num)) return 0;
+    if (!S->den_n) { *out = vint(num); return 1; }
+    for (int k = 0; k < S->den_n; k++)
+        if (term(S, s, S->den_terms[k], &x, fresh) || __builtin_mul_overflow(den, x, &den)) return 0;
+    *out = vdbl(den > 0 ? quotient(num, den) : INFINITY);
+    return 1;
+}
+
 static Val score(St *S, i32 s) {
-    Val fv[N_FEATURES];
+    Val v, fv[N_FEATURES];
+    i64 fresh[3] = {0, 0, 0};
     S->evals++;
-    gather(S, s, fv);
+    if (S->quot_shape ? score_quot(S, s, &v, fresh) : S->integer_shape && score_i64(S, s, &v, fresh)) return v;
+    for (i32 k = 0; k < S->feat_n; k++) {
+        i32 f = S->feat_list[k];
+        i64 iv;
+        double dv;
+        fv[f] = feature(S, s, f, &iv, &dv, fresh) ? vdbl(dv) : vint(iv);
+    }
     return run_program(S->code, S->code_n, S->floats, fv, &S->overflow);
 }
 
@@ -1165,6 +1249,25 @@ static int take_buffers(PyObject *bufs, Prog *P, Py_buffer *views) {
     return 0;
 }
 
+/* Whether the program is t (t add)* [t (t mul)* div], each t a feature or an integer: the
+ * shape of most scores (every built-in one), evaluated by score_quot. */
+static void quotient_shape(St *S, const Op *ops, i32 n) {
+    i32 k = 0;
+    S->quot_shape = S->num_n = S->den_n = 0;
+#define TERM(o) ((o).op == OP_FEATURE || (o).op == OP_INT)
+    if (n == 0 || !TERM(ops[0])) return;
+    S->num_terms[S->num_n++] = &ops[k++];
+    while (k + 1 < n && TERM(ops[k]) && ops[k + 1].op == OP_ADD) { S->num_terms[S->num_n++] = &ops[k]; k += 2; }
+    if (k < n) {
+        if (!TERM(ops[k])) return;
+        S->den_terms[S->den_n++] = &ops[k++];
+        while (k + 1 < n && TERM(ops[k]) && ops[k + 1].op == OP_MUL) { S->den_terms[S->den_n++] = &ops[k]; k += 2; }
+        if (k != n - 1 || ops[k].op != OP_DIV) { S->den_n = 0; return; }
+    }
+#undef TERM
+    S->quot_shape = 1;
+}
+
 /* A postfix program from Python: int64 (opcode, argument) pairs and float64 constants; checks
  * every opcode, feature, constant index and the stack, so run_program may trust it. */
 static int take_program(St *S, Py_buffer *code, Py_buffer *floats) {
@@ -1198,6 +1301,8 @@ static int take_program(St *S, Py_buffer *code, Py_buffer *floats) {
     S->floats = floats->buf;
     for (int f = 0; f < N_FEATURES; f++)
         if (used[f]) S->feat_list[S->feat_n++] = f;
+    S->integer_shape = integer_shape(ops, n);
+    quotient_shape(S, ops, n);
     return 0;
 }
 
