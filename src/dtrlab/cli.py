@@ -277,7 +277,7 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     from .sim.cengine import compiled_policy
     from .sim.policies import POLICIES
 
-    rows = [{"name": p.name, "reference": p.reference, "needs": sorted(p.needs),
+    rows = [{"name": p.name, "reference": p.reference, "needs": sorted(p.needs), "formula": p.text,
              "compiled": compiled_policy(p), "description": p.description} for p in POLICIES.values()]
     if as_json:
         print_json(rows)

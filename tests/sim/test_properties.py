@@ -143,3 +143,37 @@ def test_deep_rematerialization_chain_needs_no_recursion():
         assert result.outcome == "ok"
         assert result.remat_ns >= 10 * n  # the whole chain was recomputed once
         assert result.evictions > 2 * n - 10
+
+
+# --- random formulas: the two engines agree on every counter --------------------------------------
+from dtrlab.sim import formula as fm  # noqa: E402
+from dtrlab.sim.policies import formula_policy  # noqa: E402
+from formula_strategies import CHEAP_FEATURES, formula_nodes  # noqa: E402
+
+formula_runs = st.tuples(
+    st.integers(0, 10_000),  # program seed
+    st.sampled_from([r.name for r in V2_RUNTIMES]),
+    st.floats(0.05, 1.2),  # ratio
+    st.data(),
+)
+
+
+@needs_compiled
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(formula_runs)
+def test_compiled_and_python_engines_agree_on_random_formulas(case):
+    seed, runtime, ratio, data = case
+    features = tuple(fm.FEATURES) if RUNTIMES[runtime].optimized else CHEAP_FEATURES
+    policy = formula_policy(data.draw(formula_nodes(features, max_leaves=8)))
+    program = synthetic_program(seed)
+    budget = budget_from_ratio(program, ratio)
+    a = simulate(program, budget, policy, runtime, engine="python").to_dict()
+    try:
+        b = simulate(program, budget, policy, runtime, engine="c").to_dict()
+    except UsageError as exc:  # a score past 128-bit integers: the default takes the exact path
+        assert "128 bits" in str(exc)
+        b = simulate(program, budget, policy, runtime).to_dict()
+        assert b["engine"] == "python"
+        b["engine"] = "c"
+    assert a.pop("engine") == "python" and b.pop("engine") == "c"
+    assert a == b, policy.name

@@ -24,7 +24,7 @@ OPTIMIZED = ["optimized", "eager-optimized"]
 def _acyclic(program) -> bool:
     """Kahn's algorithm over the storage edges the compiled engine walks."""
     bufs = _prepared(program)
-    f_ptr, f_list = bufs[15], bufs[16]
+    f_ptr, f_list = bufs["f_ptr"], bufs["f_list"]
     indeg = [0] * program.n_storages
     for y in f_list:
         indeg[y] += 1

@@ -52,8 +52,17 @@ class Drift:
 class _Probe(Engine):
     """The Python engine, traversing afresh beside every incremental e* it reads."""
 
-    def _features(self, s):
-        features = super()._features(s)
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        score = self._score
+
+        def probed(s):
+            self._compare(s)
+            return score(s)
+
+        self._score = probed
+
+    def _compare(self, s) -> None:
         fwd, rev = _Region(), _Region()
         self._traverse(s, True, fwd)
         self._traverse(s, False, rev)
@@ -68,7 +77,6 @@ class _Probe(Engine):
             if self.first is None:
                 name = self.p.tensor_names[self.s_root[s]]
                 self.first = Disagreement(self.clock, name, *inc, *fresh)
-        return features
 
 
 def neighbourhood_drift(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY,

@@ -4,12 +4,16 @@
  * Every tie is explicit: the pool is scanned in insertion order and the last candidate whose
  * score is <= the best wins, a score of exactly 0 stops the scan, and scores are correctly
  * rounded quotients of integers (as Python's int / int is).
+ * A policy arrives as a formula (formula.py) compiled to a flat postfix program, interpreted in
+ * score() with the arithmetic of Python's numbers: exact integers (128 bits here; past that the
+ * run stops with OUT_OVERFLOW and dtrlab takes the exact Python path), IEEE doubles otherwise.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +22,7 @@ typedef int64_t i64;
 typedef int32_t i32;
 typedef uint64_t u64;
 typedef unsigned __int128 u128;
+typedef __int128 i128;
 
 #define LA_NONE INT64_MIN /* a storage never used as an input: staleness is infinite */
 
@@ -30,8 +35,9 @@ static int bitlen128(u128 x) {
     return 0;
 }
 
-/* a / b rounded to nearest double, ties to even; a > 0, b > 0. Pure integer long division. */
-static double exact_div(u64 a, u128 b) {
+/* a / b rounded to nearest double, ties to even; a > 0, 0 < b < 2**127 (so r << 1 never
+ * overflows). Pure integer long division. */
+static double exact_div(u128 a, u128 b) {
     u128 ip = (u128)a / b, r = (u128)a % b;
     u64 q;       /* 55 significant bits of the quotient */
     int exp2;    /* value = q * 2^exp2 (before rounding) */
@@ -76,29 +82,167 @@ static double exact_div(u64 a, u128 b) {
     return ldexp((double)mant, exp2 + 2);
 }
 
-static double quotient(i64 num, u128 den) {
+/* num / den correctly rounded, as Python's int / int; den > 0. */
+static double quotient(i128 num, i128 den) {
     if (num == 0) return 0.0;
     int neg = num < 0;
-    u64 a = neg ? (u64)(-(num + 1)) + 1 : (u64)num;
+    u128 a = neg ? (u128)0 - (u128)num : (u128)num, b = (u128)den;
     double q;
-    const u64 exact = ((u64)1) << 53;
-    if (a <= exact && den <= exact) {
-        q = (double)a / (double)den; /* both exact: IEEE division rounds correctly */
+    const u128 exact = ((u128)1) << 53;
+    if (a <= exact && b <= exact) {
+        q = (double)(u64)a / (double)(u64)b; /* both exact: IEEE division rounds correctly */
     }
 #if defined(__x86_64__) && LDBL_MANT_DIG == 64
-    else if ((den >> 64) == 0) {
+    else if ((a >> 64) == 0 && (b >> 64) == 0) {
         /* 64-bit quotient, then to 53 bits: safe unless it lands on a midpoint of doubles */
-        long double ql = (long double)a / (long double)(u64)den;
+        long double ql = (long double)(u64)a / (long double)(u64)b;
         u64 m;
         memcpy(&m, &ql, sizeof m); /* x87 extended: the explicit 64-bit significand */
-        if ((m & 0x7FF) == 0x400) q = exact_div(a, den);
+        if ((m & 0x7FF) == 0x400) q = exact_div(a, b);
         else q = (double)ql;
     }
 #endif
     else {
-        q = exact_div(a, den);
+        q = exact_div(a, b);
     }
     return neg ? -q : q;
+}
+
+/* ---- values of the score language -------------------------------------------------------
+ * A value is an exact integer or a double, as a Python number is; every operation follows
+ * Python's rules for int and float (formula.py is the definition). */
+
+typedef struct {
+    i128 i;
+    double d;
+    int f; /* 1: the value is the double d; 0: the integer i */
+} Val;
+
+#define I128_MAX ((i128)(((u128)1 << 127) - 1))
+#define I128_MIN (-I128_MAX - 1)
+
+static inline Val vint(i128 i) { Val v; v.i = i; v.d = 0; v.f = 0; return v; }
+static inline Val vdbl(double d) { Val v; v.i = 0; v.d = d; v.f = 1; return v; }
+/* Python's float(int): correctly rounded */
+static inline double as_dbl(Val v) { return v.f ? v.d : quotient(v.i, 1); }
+
+/* The sign of x - d for a double d that is not NaN, exactly (Python compares int and float
+ * exactly, not by converting the int). */
+static int cmp_int_dbl(i128 x, double d) {
+    const double two127 = 170141183460469231731687303715884105728.0;
+    if (d >= two127) return -1;
+    if (d < -two127) return 1;
+    double fl = floor(d);
+    i128 fi = (i128)fl;
+    if (x != fi) return x < fi ? -1 : 1;
+    return d > fl ? -1 : 0;
+}
+
+/* a < b and a <= b, with Python's results (false whenever a NaN is involved) */
+static int val_lt(Val a, Val b) {
+    if (a.f && b.f) return a.d < b.d;
+    if (!a.f && !b.f) return a.i < b.i;
+    if (a.f) return a.d == a.d && cmp_int_dbl(b.i, a.d) > 0;
+    return b.d == b.d && cmp_int_dbl(a.i, b.d) < 0;
+}
+
+static int val_le(Val a, Val b) {
+    if (a.f && b.f) return a.d <= b.d;
+    if (!a.f && !b.f) return a.i <= b.i;
+    if (a.f) return a.d == a.d && cmp_int_dbl(b.i, a.d) >= 0;
+    return b.d == b.d && cmp_int_dbl(a.i, b.d) <= 0;
+}
+
+static inline int val_zero(Val v) { return v.f ? v.d == 0 : v.i == 0; }
+static inline int val_gt0(Val v) { return v.f ? v.d > 0 : v.i > 0; }
+
+/* The opcodes of the postfix program and the features it reads, exported to Python by name
+ * (cengine.py checks at import that formula.py has the same names). */
+enum { OP_FEATURE = 0, OP_INT, OP_FLOAT, OP_NEG, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_POW, OP_MIN, OP_MAX,
+       OP_LOG, N_OPCODES };
+static const char *OPCODE_NAMES[N_OPCODES] = {"feature", "int", "float", "neg", "add", "sub", "mul",
+                                              "div", "pow", "min", "max", "log"};
+enum { F_COMPUTE = 0, F_SIZE, F_STALENESS, F_ESTAR, F_ANCESTORS, F_EQCLASS, F_FRESH_ESTAR,
+       F_FRESH_STALENESS, F_LAST_ACCESS, F_CLOCK, F_EVICTIONS, F_REMATS, F_BUDGET, F_RESIDENT, N_FEATURES };
+static const char *FEATURE_NAMES[N_FEATURES] = {"compute", "size", "staleness", "estar", "ancestors",
+                                                "eqclass", "fresh_estar", "fresh_staleness", "last_access",
+                                                "clock", "evictions", "remats", "budget", "resident"};
+#define MAX_STACK 128
+
+typedef struct {
+    i64 op, arg;
+} Op;
+
+/* Run a postfix program over feature values; sets *overflow when an integer leaves 128 bits.
+ * The caller has checked the program (cengine.py builds it; depth <= MAX_STACK). */
+static Val run_program(const Op *code, i32 n, const double *floats, const Val *fv, int *overflow) {
+    Val st[MAX_STACK];
+    int top = 0;
+    for (i32 k = 0; k < n; k++) {
+        const Op *o = &code[k];
+        switch (o->op) {
+        case OP_FEATURE: st[top++] = fv[o->arg]; continue;
+        case OP_INT: st[top++] = vint(o->arg); continue;
+        case OP_FLOAT: st[top++] = vdbl(floats[o->arg]); continue;
+        case OP_NEG: {
+            Val *a = &st[top - 1];
+            if (a->f) a->d = -a->d;
+            else if (a->i == I128_MIN) *overflow = 1;
+            else a->i = -a->i;
+            continue;
+        }
+        case OP_LOG: {
+            Val *a = &st[top - 1];
+            *a = vdbl(val_gt0(*a) ? log(as_dbl(*a)) : val_zero(*a) ? -INFINITY : NAN);
+            continue;
+        }
+        case OP_POW: {
+            Val *a = &st[top - 1];
+            if (a->f) { a->d = pow(a->d, (double)o->arg); continue; }
+            i128 r = 1;
+            for (i64 e = 0; e < o->arg; e++)
+                if (__builtin_mul_overflow(r, a->i, &r)) *overflow = 1;
+            a->i = r;
+            continue;
+        }
+        default: break;
+        }
+        Val b = st[--top], *a = &st[top - 1];
+        switch (o->op) {
+        case OP_ADD:
+            if (!a->f && !b.f) { if (__builtin_add_overflow(a->i, b.i, &a->i)) *overflow = 1; }
+            else *a = vdbl(as_dbl(*a) + as_dbl(b));
+            break;
+        case OP_SUB:
+            if (!a->f && !b.f) { if (__builtin_sub_overflow(a->i, b.i, &a->i)) *overflow = 1; }
+            else *a = vdbl(as_dbl(*a) - as_dbl(b));
+            break;
+        case OP_MUL:
+            if (!a->f && !b.f) {
+                if (a->i == (i64)a->i && b.i == (i64)b.i) a->i = (i128)(i64)a->i * (i64)b.i; /* fits */
+                else if (__builtin_mul_overflow(a->i, b.i, &a->i)) *overflow = 1;
+            }
+            else *a = vdbl(as_dbl(*a) * as_dbl(b));
+            break;
+        case OP_DIV: /* the reference's quotient: inf when the denominator is not > 0 */
+            if (!val_gt0(b)) *a = vdbl(INFINITY);
+            else if (!a->f && !b.f) *a = vdbl(quotient(a->i, b.i));
+            else *a = vdbl(as_dbl(*a) / as_dbl(b));
+            break;
+        case OP_MIN: if (val_lt(b, *a)) *a = b; break; /* Python's min(a, b): b only if b < a */
+        case OP_MAX: if (val_lt(*a, b)) *a = b; break;
+        }
+    }
+    return st[0];
+}
+
+/* Whether score_i64 can run this program. */
+static int integer_shape(const Op *code, i32 n) {
+    for (i32 k = 0; k < n; k++) {
+        i64 op = code[k].op;
+        if (op == OP_FLOAT || op == OP_LOG || (op == OP_DIV && k != n - 1)) return 0;
+    }
+    return 1;
 }
 
 /* ---- the program (borrowed buffers) ---------------------------------------------------- */
@@ -120,9 +264,10 @@ typedef struct {
 
 /* ---- state ------------------------------------------------------------------------------ */
 
-enum { NUM_E = 0, NUM_EQ, NUM_LOCAL, NUM_ONE, NUM_FRESH, NUM_ANCESTORS };
-enum { SPECIAL_SCORE = 0, SPECIAL_LRU, SPECIAL_RANDOM };
-enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3, OUT_STALE = 4 };
+/* Outcomes (the first three are a run's; exported by name) and schedule step kinds (lower.py's
+ * numbers, checked by cengine.py at import). */
+enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3, OUT_STALE = 4, OUT_OVERFLOW = 5 };
+enum { STEP_COMPUTE = 0, STEP_GET = 1, STEP_PIN = 2, STEP_RELEASE = 3 };
 
 typedef struct {
     u64 *interior, *frontier;
@@ -132,7 +277,16 @@ typedef struct {
     const Prog *p;
     /* options */
     i64 budget; /* < 0: unbounded */
-    int num_kind, den_size, den_stale, special, eager, regions_on, eq_on;
+    int random, eager, regions_on, eq_on;
+    const Op *code; /* the score's postfix program (unused when random) */
+    i32 code_n;
+    const double *floats;
+    i32 feat_list[N_FEATURES], feat_n; /* the features the program reads */
+    int integer_shape;                 /* score_i64 may run it */
+    /* the shape (a + b + ...) / (c * d * ...) of features and integers, when the program has it */
+    int quot_shape, num_n, den_n;      /* den_n 0: no division */
+    const Op *num_terms[MAX_STACK], *den_terms[MAX_STACK];
+    int overflow;                      /* an integer of the score left 128 bits */
     double remat_limit;
     u64 rng;
     /* tensors */
@@ -184,6 +338,7 @@ typedef struct {
     unsigned char *evicted_by_policy;
     /* optional instruments */
     i64 *cnt_policy, *cnt_eager, *cnt_remat;
+    i64 *hist_evict, *hist_remat; /* the history features (per storage), when the score reads them */
     i64 *log; /* triples: clock, storage, by_policy */
     i64 log_n, log_cap;
     int want_log;
@@ -582,39 +737,112 @@ static void fresh_neighborhood(St *S, i32 base, i64 *cost, i64 *latest) {
 
 /* ---- scores -------------------------------------------------------------------------------- */
 
-static double score(St *S, i32 s) {
-    S->evals++;
-    if (S->special == SPECIAL_LRU)
-        return S->last_access[s] == LA_NONE ? -INFINITY : (double)S->last_access[s];
-    i64 num, la = S->last_access[s];
-    switch (S->num_kind) {
-    case NUM_E: num = S->s_compute[s] + S->fwd_c[s] + S->rev_c[s]; break;
-    case NUM_ANCESTORS: num = S->s_compute[s] + S->rev_c[s]; break;
-    case NUM_EQ: num = S->s_compute[s] + eq_class_cost(S, s); break;
-    case NUM_LOCAL: num = S->s_compute[s]; break;
-    case NUM_FRESH: {
-        i64 c, latest;
-        fresh_neighborhood(S, s, &c, &latest);
-        num = S->s_compute[s] + c;
-        if (S->den_stale == 2) la = latest; /* staleness of the neighbourhood's newest member */
-        break;
+/* Feature f of storage s: 0 and the integer in *iv, or 1 and the double in *dv for the values
+ * that are infinite (staleness and last_access before a first use, an unbounded budget).
+ * *fresh caches the fresh traversal of this evaluation (0: not done yet). */
+static inline __attribute__((always_inline)) int feature(St *S, i32 s, i64 f, i64 *iv, double *dv, i64 fresh[3]) {
+    const i64 la = S->last_access[s];
+    switch (f) {
+    case F_COMPUTE: *iv = S->s_compute[s]; return 0;
+    case F_SIZE: *iv = S->p->s_size[s]; return 0;
+    case F_STALENESS: /* clock - (-inf) */
+        if (la == LA_NONE) { *dv = INFINITY; return 1; }
+        *iv = S->clock - la;
+        return 0;
+    case F_ESTAR: *iv = S->fwd_c[s] + S->rev_c[s]; return 0;
+    case F_ANCESTORS: *iv = S->rev_c[s]; return 0;
+    case F_EQCLASS: *iv = eq_class_cost(S, s); return 0;
+    case F_FRESH_ESTAR:
+    case F_FRESH_STALENESS:
+        if (!fresh[0]) { fresh_neighborhood(S, s, &fresh[1], &fresh[2]); fresh[0] = 1; }
+        if (f == F_FRESH_ESTAR) { *iv = fresh[1]; return 0; }
+        if (fresh[2] == LA_NONE) { *dv = INFINITY; return 1; }
+        *iv = S->clock - fresh[2];
+        return 0;
+    case F_LAST_ACCESS:
+        if (la == LA_NONE) { *dv = -INFINITY; return 1; }
+        *iv = la;
+        return 0;
+    case F_CLOCK: *iv = S->clock; return 0;
+    case F_EVICTIONS: *iv = S->hist_evict[s]; return 0;
+    case F_REMATS: *iv = S->hist_remat[s]; return 0;
+    case F_BUDGET:
+        if (S->budget == INT64_MAX) { *dv = INFINITY; return 1; }
+        *iv = S->budget;
+        return 0;
+    default: *iv = S->memory; return 0; /* F_RESIDENT */
     }
-    default: num = 1;
-    }
-    if (!S->den_size && !S->den_stale) return (double)num;
-    i64 size = S->p->s_size[s];
-    if (S->den_stale) {
-        if (la == LA_NONE) { /* staleness is infinite */
-            if (S->den_size && size == 0) return INFINITY; /* 0 x inf is not > 0 */
-            return num < 0 ? -0.0 : 0.0;
+}
+
+/* The program on 64-bit integers, reading the features as it goes, for the common shape:
+ * integer operations only, with at most one division, the last operation (every built-in
+ * score). Returns 0 when a feature is infinite or an integer leaves 64 bits: the caller then
+ * runs run_program, which gives the exact result, so this is only a shortcut. */
+static int score_i64(St *S, i32 s, Val *out, i64 fresh[3]) {
+    i64 st[MAX_STACK];
+    int top = 0;
+    double unused;
+    const Op *code = S->code;
+    for (i32 k = 0, n = S->code_n; k < n; k++) {
+        const Op *o = &code[k];
+        i64 *a = &st[top - 1];
+        switch (o->op) {
+        case OP_FEATURE: if (feature(S, s, o->arg, &st[top++], &unused, fresh)) return 0; break;
+        case OP_INT: st[top++] = o->arg; break;
+        case OP_NEG: if (__builtin_sub_overflow((i64)0, *a, a)) return 0; break;
+        case OP_POW: {
+            i64 r = 1;
+            for (i64 e = 0; e < o->arg; e++)
+                if (__builtin_mul_overflow(r, *a, &r)) return 0;
+            *a = r;
+            break;
         }
-        i64 stale = S->clock - la;
-        if (stale <= 0 || (S->den_size && size <= 0)) return INFINITY;
-        u128 den = (u128)(u64)stale * (S->den_size ? (u64)size : 1);
-        return quotient(num, den);
+        case OP_ADD: top--; if (__builtin_add_overflow(st[top - 1], st[top], &st[top - 1])) return 0; break;
+        case OP_SUB: top--; if (__builtin_sub_overflow(st[top - 1], st[top], &st[top - 1])) return 0; break;
+        case OP_MUL: top--; if (__builtin_mul_overflow(st[top - 1], st[top], &st[top - 1])) return 0; break;
+        case OP_MIN: top--; if (st[top] < st[top - 1]) st[top - 1] = st[top]; break;
+        case OP_MAX: top--; if (st[top - 1] < st[top]) st[top - 1] = st[top]; break;
+        case OP_DIV: /* the last operation */
+            top--;
+            *out = vdbl(st[top] > 0 ? quotient(st[top - 1], st[top]) : INFINITY);
+            return 1;
+        }
     }
-    if (size <= 0) return INFINITY;
-    return quotient(num, (u128)(u64)size);
+    *out = vint(st[0]);
+    return 1;
+}
+
+/* A term of the quotient shape: an integer literal or a feature; 1 when it is infinite. */
+static inline __attribute__((always_inline)) int term(St *S, i32 s, const Op *o, i64 *iv, i64 fresh[3]) {
+    double unused;
+    if (o->op == OP_INT) { *iv = o->arg; return 0; }
+    return feature(S, s, o->arg, iv, &unused, fresh);
+}
+
+/* The quotient shape without an interpreter loop; 0 where score_i64 would give up. */
+static int score_quot(St *S, i32 s, Val *out, i64 fresh[3]) {
+    i64 num = 0, den = 1, x;
+    for (int k = 0; k < S->num_n; k++)
+        if (term(S, s, S->num_terms[k], &x, fresh) || __builtin_add_overflow(num, x, &num)) return 0;
+    if (!S->den_n) { *out = vint(num); return 1; }
+    for (int k = 0; k < S->den_n; k++)
+        if (term(S, s, S->den_terms[k], &x, fresh) || __builtin_mul_overflow(den, x, &den)) return 0;
+    *out = vdbl(den > 0 ? quotient(num, den) : INFINITY);
+    return 1;
+}
+
+static Val score(St *S, i32 s) {
+    Val v, fv[N_FEATURES];
+    i64 fresh[3] = {0, 0, 0};
+    S->evals++;
+    if (S->quot_shape ? score_quot(S, s, &v, fresh) : S->integer_shape && score_i64(S, s, &v, fresh)) return v;
+    for (i32 k = 0; k < S->feat_n; k++) {
+        i32 f = S->feat_list[k];
+        i64 iv;
+        double dv;
+        fv[f] = feature(S, s, f, &iv, &dv, fresh) ? vdbl(dv) : vint(iv);
+    }
+    return run_program(S->code, S->code_n, S->floats, fv, &S->overflow);
 }
 
 static u64 splitmix(u64 *x) {
@@ -625,7 +853,7 @@ static u64 splitmix(u64 *x) {
 }
 
 static i32 choose(St *S) {
-    if (S->special == SPECIAL_RANDOM) {
+    if (S->random) {
         S->evals++;
         u64 n = (u64)S->pool_n, lim = UINT64_MAX - UINT64_MAX % n, r;
         do r = splitmix(&S->rng); while (r >= lim); /* unbiased */
@@ -634,12 +862,13 @@ static i32 choose(St *S) {
         while (k--) s = S->pool_next[s];
         return s;
     }
-    double best = INFINITY;
+    Val best = vdbl(INFINITY);
     i32 best_s = -1;
     for (i32 s = S->pool_head; s >= 0; s = S->pool_next[s]) {
-        double c = score(S, s);
-        if (c <= best) { best = c; best_s = s; }
-        if (c == 0) break;
+        Val c = score(S, s);
+        if (val_le(c, best)) { best = c; best_s = s; }
+        else if (c.f && c.d != c.d && best.f && best.d == INFINITY) best_s = s; /* NaN counts as +inf */
+        if (val_zero(c)) break;
     }
     return best_s;
 }
@@ -694,6 +923,7 @@ static void evict(St *S, i32 s, int by_policy) {
         S->evictions++;
         if (!S->evicted_by_policy[s]) { S->evicted_by_policy[s] = 1; S->distinct++; }
         if (S->cnt_policy) S->cnt_policy[s]++;
+        if (S->hist_evict) S->hist_evict[s]++;
     } else {
         S->eager_evictions++;
         if (S->cnt_eager) S->cnt_eager[s]++;
@@ -733,7 +963,9 @@ static void evict(St *S, i32 s, int by_policy) {
 static int free_for(St *S, i64 need) {
     while (S->memory + need > S->budget) {
         if (S->pool_n == 0) return 0;
-        evict(S, choose(S), 1);
+        i32 s = choose(S);
+        if (S->overflow) return 0;
+        evict(S, s, 1);
         if (S->nomem) return 0;
     }
     return 1;
@@ -809,6 +1041,7 @@ static void compute(St *S, i32 t, int remat) {
     for (i32 k = 0; k < nrs; k++) {
         pool_add(S, rs[k]);
         if (remat && S->cnt_remat) S->cnt_remat[rs[k]]++;
+        if (remat && S->hist_remat) S->hist_remat[rs[k]]++;
     }
     if (S->regions_on) {
         /* the new storages' own regions, then every region whose edge they sit on; a pinned
@@ -889,7 +1122,8 @@ static int materialize(St *S, i32 t0, int remat0) {
         }
         i32 t = S->fr_t[f], op = p->t_op[t];
         i64 need = p->op_size[op];
-        if (S->memory + need > S->budget && !free_for(S, need)) return S->nomem ? OUT_NOMEM : OUT_OOM;
+        if (S->memory + need > S->budget && !free_for(S, need))
+            return S->nomem ? OUT_NOMEM : S->overflow ? OUT_OVERFLOW : OUT_OOM;
         compute(S, t, S->fr_remat[f]);
         if (S->check && S->trust_on) check_all(S);
         if (S->stale) return OUT_STALE;
@@ -907,7 +1141,7 @@ static int run_schedule(St *S) {
     for (i32 k = 0; k < p->n_steps; k++) {
         i32 x = p->step_target[k];
         switch (p->step_kind[k]) {
-        case 0: { /* compute */
+        case STEP_COMPUTE: {
             create(S, x);
             i32 start = p->op_out_start[x], n = p->op_n_out[x];
             int r = materialize(S, start, 0);
@@ -915,10 +1149,10 @@ static int run_schedule(St *S) {
             for (i32 t = start; t < start + n; t++) S->last_access[st_of(S, t)] = S->clock;
             break;
         }
-        case 1: /* get */
+        case STEP_GET:
             S->ref_ext[st_of(S, x)]++;
             break;
-        case 2: { /* pin */
+        case STEP_PIN: {
             if (!S->defined[x]) {
                 int r = materialize(S, x, 1);
                 if (r != OUT_OK) return r;
@@ -931,7 +1165,7 @@ static int run_schedule(St *S) {
             }
             break;
         }
-        case 3: { /* release */
+        case STEP_RELEASE: {
             i32 s = st_of(S, x);
             S->ref_ext[s]--;
             if (S->eager && S->ref_ext[s] == 0 && S->material[s] && !S->pinned[s]) evict(S, s, 0);
@@ -951,7 +1185,7 @@ static void st_free(St *S) {
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
                     S->aff, S->rev_ok, S->fr_refs, S->check_in, S->check_fr, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
-                    S->fr_wait, S->undef, S->evicted_by_policy, S->log};
+                    S->fr_wait, S->undef, S->evicted_by_policy, S->log, S->hist_evict, S->hist_remat};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
 }
 
@@ -972,42 +1206,131 @@ static int acyclic(const Prog *p, i32 *stack, i32 *indeg) {
     return seen == n;
 }
 
-static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bufs", "budget", "num_kind", "den_size", "den_stale", "special", "eager",
-                             "regions", "eq", "remat_limit", "seed", "counts", "log", "check", NULL};
-    PyObject *bufs, *counts = Py_None;
-    long long budget, seed;
-    int num_kind, den_size, den_stale, special, eager, regions, eq, want_log = 0, check = 0;
-    double remat_limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLiiiiiiidL|Opp", kwlist, &bufs, &budget, &num_kind,
-                                     &den_size, &den_stale, &special, &eager, &regions, &eq,
-                                     &remat_limit, &seed, &counts, &want_log, &check))
-        return NULL;
-    if (!PyTuple_Check(bufs) || PyTuple_GET_SIZE(bufs) != 21) {
-        PyErr_SetString(PyExc_TypeError, "bufs must be a tuple of 21 arrays");
-        return NULL;
+/* The program's arrays, by name: cengine.py hands a dict of exactly these (BUFFERS). */
+typedef struct {
+    const char *name;
+    Py_ssize_t itemsize;
+    size_t offset;
+} BufSpec;
+
+#define BUF(field, size) {#field, size, offsetof(Prog, field)}
+static const BufSpec BUFS[] = {
+    BUF(op_cost, 8),     BUF(op_size, 8),   BUF(op_out_start, 4), BUF(op_n_out, 4),  BUF(op_arg_ptr, 4),
+    BUF(op_args, 4),     BUF(t_op, 4),      BUF(t_storage, 4),    BUF(t_size, 8),    BUF(s_size, 8),
+    BUF(s_tptr, 4),      BUF(s_tensors, 4), BUF(step_kind, 1),    BUF(step_target, 4), BUF(f_ptr, 4),
+    BUF(f_list, 4),      BUF(f_birth, 4),   BUF(r_ptr, 4),        BUF(r_list, 4),    BUF(r_birth, 4),
+};
+#undef BUF
+#define N_BUFS ((int)(sizeof BUFS / sizeof BUFS[0]))
+
+/* Borrow every named buffer into P; on failure release what was taken and return -1. */
+static int take_buffers(PyObject *bufs, Prog *P, Py_buffer *views) {
+    if (!PyDict_Check(bufs)) {
+        PyErr_SetString(PyExc_TypeError, "bufs must be a dict of the arrays named in BUFFERS");
+        return -1;
     }
-    Py_buffer views[21];
-    int got = 0;
-    for (; got < 21; got++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &views[got], PyBUF_C_CONTIGUOUS) < 0) {
-            for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
-            return NULL;
+    for (int i = 0; i < N_BUFS; i++) {
+        PyObject *obj = PyDict_GetItemString(bufs, BUFS[i].name);
+        if (!obj || PyObject_GetBuffer(obj, &views[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+            views[i].itemsize != BUFS[i].itemsize) {
+            if (obj && !PyErr_Occurred()) PyBuffer_Release(&views[i]);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "buffer %s: missing, or not %d-byte items", BUFS[i].name,
+                             (int)BUFS[i].itemsize);
+            for (int j = 0; j < i; j++) PyBuffer_Release(&views[j]);
+            return -1;
         }
+        *(const void **)((char *)P + BUFS[i].offset) = views[i].buf;
     }
+    P->n_ops = (i32)(views[0].len / 8);              /* op_cost */
+    P->n_tensors = (i32)(views[6].len / 4);          /* t_op */
+    P->n_storages = (i32)(views[9].len / 8);         /* s_size */
+    P->n_steps = (i32)(views[13].len / 4);           /* step_target */
+    return 0;
+}
+
+/* Whether the program is t (t add)* [t (t mul)* div], each t a feature or an integer: the
+ * shape of most scores (every built-in one), evaluated by score_quot. */
+static void quotient_shape(St *S, const Op *ops, i32 n) {
+    i32 k = 0;
+    S->quot_shape = S->num_n = S->den_n = 0;
+#define TERM(o) ((o).op == OP_FEATURE || (o).op == OP_INT)
+    if (n == 0 || !TERM(ops[0])) return;
+    S->num_terms[S->num_n++] = &ops[k++];
+    while (k + 1 < n && TERM(ops[k]) && ops[k + 1].op == OP_ADD) { S->num_terms[S->num_n++] = &ops[k]; k += 2; }
+    if (k < n) {
+        if (!TERM(ops[k])) return;
+        S->den_terms[S->den_n++] = &ops[k++];
+        while (k + 1 < n && TERM(ops[k]) && ops[k + 1].op == OP_MUL) { S->den_terms[S->den_n++] = &ops[k]; k += 2; }
+        if (k != n - 1 || ops[k].op != OP_DIV) { S->den_n = 0; return; }
+    }
+#undef TERM
+    S->quot_shape = 1;
+}
+
+/* A postfix program from Python: int64 (opcode, argument) pairs and float64 constants; checks
+ * every opcode, feature, constant index and the stack, so run_program may trust it. */
+static int take_program(St *S, Py_buffer *code, Py_buffer *floats) {
+    if (code->itemsize != 8 || code->len % 16 || floats->itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "code must be int64 pairs and floats float64");
+        return -1;
+    }
+    const Op *ops = code->buf;
+    i32 n = (i32)(code->len / 16), nf = (i32)(floats->len / 8);
+    int top = 0, used[N_FEATURES] = {0};
+    for (i32 k = 0; k < n; k++) {
+        i64 op = ops[k].op, arg = ops[k].arg;
+        int pops = op == OP_FEATURE || op == OP_INT || op == OP_FLOAT ? 0
+                   : op == OP_NEG || op == OP_LOG || op == OP_POW     ? 1
+                                                                      : 2;
+        if (op < 0 || op >= N_OPCODES || (op == OP_FEATURE && (arg < 0 || arg >= N_FEATURES)) ||
+            (op == OP_FLOAT && (arg < 0 || arg >= nf)) || (op == OP_POW && (arg < 0 || arg > 1024)) ||
+            top < pops || top - pops + 1 > MAX_STACK) {
+            PyErr_Format(PyExc_ValueError, "bad score program at instruction %d", (int)k);
+            return -1;
+        }
+        if (op == OP_FEATURE) used[arg] = 1;
+        top += 1 - pops;
+    }
+    if (top != 1) {
+        PyErr_SetString(PyExc_ValueError, "a score program must leave one value");
+        return -1;
+    }
+    S->code = ops;
+    S->code_n = n;
+    S->floats = floats->buf;
+    for (int f = 0; f < N_FEATURES; f++)
+        if (used[f]) S->feat_list[S->feat_n++] = f;
+    S->integer_shape = integer_shape(ops, n);
+    quotient_shape(S, ops, n);
+    return 0;
+}
+
+static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bufs", "budget", "code", "floats", "eager", "regions", "eq", "history",
+                             "remat_limit", "seed", "counts", "log", "check", NULL};
+    PyObject *bufs, *code_obj, *floats_obj, *counts = Py_None;
+    long long budget, seed;
+    int eager, regions, eq, history, want_log = 0, check = 0;
+    double remat_limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppdL|Opp", kwlist, &bufs, &budget, &code_obj,
+                                     &floats_obj, &eager, &regions, &eq, &history, &remat_limit, &seed,
+                                     &counts, &want_log, &check))
+        return NULL;
     Prog P;
-    P.op_cost = views[0].buf; P.op_size = views[1].buf; P.op_out_start = views[2].buf;
-    P.op_n_out = views[3].buf; P.op_arg_ptr = views[4].buf; P.op_args = views[5].buf;
-    P.t_op = views[6].buf; P.t_storage = views[7].buf; P.t_size = views[8].buf;
-    P.s_size = views[9].buf; P.s_tptr = views[11].buf; /* views[10]: storage roots, unused */
-    P.s_tensors = views[12].buf;
-    P.step_kind = views[13].buf; P.step_target = views[14].buf;
-    P.f_ptr = views[15].buf; P.f_list = views[16].buf; P.f_birth = views[17].buf;
-    P.r_ptr = views[18].buf; P.r_list = views[19].buf; P.r_birth = views[20].buf;
-    P.n_ops = (i32)(views[0].len / 8);
-    P.n_tensors = (i32)(views[6].len / 4);
-    P.n_storages = (i32)(views[9].len / 8);
-    P.n_steps = (i32)(views[14].len / 4);
+    memset(&P, 0, sizeof P);
+    Py_buffer views[N_BUFS];
+    if (take_buffers(bufs, &P, views) < 0) return NULL;
+    Py_buffer code, floats;
+    memset(&code, 0, sizeof code);
+    memset(&floats, 0, sizeof floats);
+    int have_code = code_obj != Py_None;
+    if (have_code && (PyObject_GetBuffer(code_obj, &code, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+                      PyObject_GetBuffer(floats_obj, &floats, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)) {
+        if (code.obj) PyBuffer_Release(&code);
+        have_code = 0;
+        goto fail_views;
+    }
 
     Py_buffer cviews[3];
     memset(cviews, 0, sizeof cviews);
@@ -1032,7 +1355,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     memset(&S, 0, sizeof S);
     S.p = &P;
     S.budget = budget;
-    S.num_kind = num_kind; S.den_size = den_size; S.den_stale = den_stale; S.special = special;
+    S.random = !have_code;
+    if (have_code && take_program(&S, &code, &floats) < 0) goto fail_counts;
     S.eager = eager; S.regions_on = regions; S.eq_on = eq;
     S.remat_limit = remat_limit;
     S.rng = (u64)seed;
@@ -1063,6 +1387,11 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     int ok = S.defined && S.material && S.pinned && S.in_pool && S.ref_int && S.ref_ext &&
              S.s_compute && S.last_access && S.s_live && S.pool_prev && S.pool_next && S.dfs && S.ecn &&
              S.mark && S.mark2 && S.umark && S.evicted_by_policy;
+    if (ok && history) {
+        S.hist_evict = calloc(ns + 1, sizeof(i64));
+        S.hist_remat = calloc(ns + 1, sizeof(i64));
+        ok = S.hist_evict && S.hist_remat;
+    }
     if (ok && regions) {
         size_t cells = (size_t)ns * S.words;
         S.fwd_in = calloc(cells, sizeof(u64)); S.fwd_fr = calloc(cells, sizeof(u64));
@@ -1081,14 +1410,15 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
              S.lab && S.delta && S.pending && S.rev_ok && S.fr_refs && S.check_in && S.check_fr;
         S.trust_on = ok && acyclic(&P, S.dfs, S.mark);
     }
+    if (ok && !regions) { /* scores read these as zero */
+        S.fwd_c = calloc(ns + 1, sizeof(i64));
+        S.rev_c = calloc(ns + 1, sizeof(i64));
+        ok = S.fwd_c && S.rev_c;
+    }
     if (!ok) {
         st_free(&S);
         PyErr_NoMemory();
         goto fail_counts;
-    }
-    if (!regions) { /* scores read these as zero */
-        S.fwd_c = calloc(ns + 1, sizeof(i64));
-        S.rev_c = calloc(ns + 1, sizeof(i64));
     }
     for (i32 s = 0; s < ns; s++) { S.last_access[s] = LA_NONE; S.ecn[s] = -1; }
     if (ncounts) { S.cnt_policy = cviews[0].buf; S.cnt_eager = cviews[1].buf; S.cnt_remat = cviews[2].buf; }
@@ -1121,45 +1451,132 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     }
     st_free(&S);
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
-    for (int i = 0; i < 21; i++) PyBuffer_Release(&views[i]);
+    if (have_code) { PyBuffer_Release(&code); PyBuffer_Release(&floats); }
+    for (int i = 0; i < N_BUFS; i++) PyBuffer_Release(&views[i]);
     return result;
 
 fail_counts:
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
 fail_views:
-    for (int i = 0; i < 21; i++) PyBuffer_Release(&views[i]);
+    if (have_code) { PyBuffer_Release(&code); PyBuffer_Release(&floats); }
+    for (int i = 0; i < N_BUFS; i++) PyBuffer_Release(&views[i]);
     return NULL;
 }
 
-static PyObject *py_quotient(PyObject *self, PyObject *args) {
-    long long num;
-    PyObject *den_obj;
-    if (!PyArg_ParseTuple(args, "LO", &num, &den_obj)) return NULL;
-    /* den as two 64-bit halves, so tests can reach the 128-bit path */
-    PyObject *mask = PyLong_FromUnsignedLongLong(UINT64_MAX);
-    PyObject *lo_o = PyNumber_And(den_obj, mask);
-    PyObject *sh = PyLong_FromLong(64);
-    PyObject *hi_o = lo_o ? PyNumber_Rshift(den_obj, sh) : NULL;
+/* ---- the score arithmetic, for tests ---------------------------------------------------------- */
+
+/* A Python int in [-2**127, 2**127) as an i128; -1 with OverflowError outside. */
+static int int_from_py(PyObject *x, i128 *out) {
+    PyObject *mask = PyLong_FromUnsignedLongLong(UINT64_MAX), *sh = PyLong_FromLong(64);
+    PyObject *lo_o = mask ? PyNumber_And(x, mask) : NULL;
+    PyObject *hi_o = (lo_o && sh) ? PyNumber_Rshift(x, sh) : NULL; /* floor: x = hi * 2**64 + lo */
     Py_XDECREF(mask);
     Py_XDECREF(sh);
-    if (!lo_o || !hi_o) { Py_XDECREF(lo_o); Py_XDECREF(hi_o); return NULL; }
-    u64 lo = PyLong_AsUnsignedLongLong(lo_o), hi = PyLong_AsUnsignedLongLong(hi_o);
+    if (!lo_o || !hi_o) { Py_XDECREF(lo_o); Py_XDECREF(hi_o); return -1; }
+    u64 lo = PyLong_AsUnsignedLongLong(lo_o);
+    long long hi = PyLong_AsLongLong(hi_o);
     Py_DECREF(lo_o);
     Py_DECREF(hi_o);
-    if (PyErr_Occurred()) return NULL;
-    u128 den = ((u128)hi << 64) | lo;
-    if (den == 0 || (hi >> 63)) {
+    if (PyErr_Occurred()) return -1;
+    *out = (i128)(((u128)(u64)hi << 64) | lo);
+    return 0;
+}
+
+static PyObject *int_to_py(i128 x) {
+    PyObject *hi = PyLong_FromLongLong((long long)(x >> 64)), *sh = PyLong_FromLong(64);
+    PyObject *lo = PyLong_FromUnsignedLongLong((u64)x);
+    PyObject *shifted = (hi && sh) ? PyNumber_Lshift(hi, sh) : NULL;
+    PyObject *out = (shifted && lo) ? PyNumber_Or(shifted, lo) : NULL;
+    Py_XDECREF(hi); Py_XDECREF(sh); Py_XDECREF(lo); Py_XDECREF(shifted);
+    return out;
+}
+
+static PyObject *py_quotient(PyObject *self, PyObject *args) {
+    PyObject *num_o, *den_o;
+    i128 num, den;
+    if (!PyArg_ParseTuple(args, "OO", &num_o, &den_o)) return NULL;
+    if (int_from_py(num_o, &num) < 0 || int_from_py(den_o, &den) < 0) return NULL;
+    if (den <= 0) {
         PyErr_SetString(PyExc_ValueError, "denominator must be in [1, 2**127)");
         return NULL;
     }
-    return PyFloat_FromDouble(quotient((i64)num, den));
+    return PyFloat_FromDouble(quotient(num, den));
+}
+
+/* evaluate(code, floats, features): the score of a postfix program over feature values (a
+ * sequence of N_FEATURES ints and floats); OverflowError where the engine would stop. */
+static PyObject *py_evaluate(PyObject *self, PyObject *args) {
+    PyObject *code_obj, *floats_obj, *feats;
+    if (!PyArg_ParseTuple(args, "OOO", &code_obj, &floats_obj, &feats)) return NULL;
+    PyObject *seq = PySequence_Fast(feats, "features must be a sequence");
+    if (!seq) return NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != N_FEATURES) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "features must hold %d values", N_FEATURES);
+        return NULL;
+    }
+    Val fv[N_FEATURES];
+    for (int k = 0; k < N_FEATURES; k++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, k);
+        if (PyFloat_Check(v)) fv[k] = vdbl(PyFloat_AS_DOUBLE(v));
+        else if (int_from_py(v, &fv[k].i) < 0) { Py_DECREF(seq); return NULL; }
+        else { fv[k].f = 0; fv[k].d = 0; }
+    }
+    Py_DECREF(seq);
+    Py_buffer code, floats;
+    if (PyObject_GetBuffer(code_obj, &code, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(floats_obj, &floats, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&code);
+        return NULL;
+    }
+    St S;
+    memset(&S, 0, sizeof S);
+    PyObject *out = NULL;
+    if (take_program(&S, &code, &floats) == 0) {
+        int overflow = 0;
+        Val v = run_program(S.code, S.code_n, S.floats, fv, &overflow);
+        if (overflow) PyErr_SetString(PyExc_OverflowError, "an integer of the score left 128 bits");
+        else out = v.f ? PyFloat_FromDouble(v.d) : int_to_py(v.i);
+    }
+    PyBuffer_Release(&code);
+    PyBuffer_Release(&floats);
+    return out;
 }
 
 static PyMethodDef METHODS[] = {
     {"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS, "Run one simulation."},
     {"quotient", py_quotient, METH_VARARGS, "num / den correctly rounded (for tests)."},
+    {"evaluate", py_evaluate, METH_VARARGS, "A score program over feature values (for tests)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_cengine", "The compiled DTR engine.", -1, METHODS};
 
-PyMODINIT_FUNC PyInit__cengine(void) { return PyModule_Create(&MODULE); }
+/* name -> number for each of names[0..n) */
+static PyObject *enum_dict(const char *const *names, int n) {
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < n; i++) {
+        PyObject *v = PyLong_FromLong(i);
+        if (!v || PyDict_SetItemString(d, names[i], v) < 0) { Py_XDECREF(v); Py_DECREF(d); return NULL; }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+PyMODINIT_FUNC PyInit__cengine(void) {
+    static const char *outcomes[] = {"ok", "oom", "remat_limit", "no_memory", "stale", "overflow"};
+    static const char *steps[] = {"compute", "get", "pin", "release"};
+    const char *buffers[N_BUFS];
+    for (int i = 0; i < N_BUFS; i++) buffers[i] = BUFS[i].name;
+    PyObject *m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    if (PyModule_AddObject(m, "OPCODES", enum_dict(OPCODE_NAMES, N_OPCODES)) < 0 ||
+        PyModule_AddObject(m, "FEATURES", enum_dict(FEATURE_NAMES, N_FEATURES)) < 0 ||
+        PyModule_AddObject(m, "OUTCOMES", enum_dict(outcomes, 6)) < 0 ||
+        PyModule_AddObject(m, "STEP_KINDS", enum_dict(steps, 4)) < 0 ||
+        PyModule_AddObject(m, "BUFFERS", enum_dict(buffers, N_BUFS)) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_STACK", MAX_STACK) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,4 +1,6 @@
-"""Glue to the compiled engine: the derived arrays it walks, and the policy in its terms."""
+"""Glue to the compiled engine: the named arrays it walks, and the policy as its postfix program.
+
+Checks at import that the C module and this dtrlab share opcodes, features, step kinds and buffers."""
 
 from __future__ import annotations
 
@@ -6,8 +8,10 @@ import math
 
 import numpy as np
 
+from ..trace.lower import COMPUTE, GET, PIN, RELEASE
 from ..trace.lower import Program
-from .policies import EQ_CLASS, NEIGHBORHOOD, Policy
+from . import formula as fm
+from .policies import EQ_CLASS, HISTORY, NEIGHBORHOOD, Policy
 from .result import OK, OOM, REMAT_LIMIT
 from .runtimes import Runtime
 
@@ -18,33 +22,54 @@ except ImportError:  # pragma: no cover - depends on the build
 
 MAX_OUTPUTS = 64  # the compiled engine keeps an operator's outputs on the stack
 
-# Numerator kinds and specials, as _cengine.c numbers them.
-NUM_E, NUM_EQ, NUM_LOCAL, NUM_ONE, NUM_FRESH, NUM_ANCESTORS = range(6)
-SPECIAL_SCORE, SPECIAL_LRU, SPECIAL_RANDOM = range(3)
+# The buffers _prepared hands over, by name (the C module lists the names it reads).
+_BUFFER_NAMES = ("op_cost", "op_size", "op_out_start", "op_n_out", "op_arg_ptr", "op_args", "t_op",
+                 "t_storage", "t_size", "s_size", "s_tptr", "s_tensors", "step_kind", "step_target",
+                 "f_ptr", "f_list", "f_birth", "r_ptr", "r_list", "r_birth")
 
-# name -> (numerator, divide by size, divide by staleness (2: the neighbourhood's), special)
-_SHAPES = {
-    "dtr": (NUM_E, 1, 1, SPECIAL_SCORE),
-    "dtr-eq": (NUM_EQ, 1, 1, SPECIAL_SCORE),
-    "dtr-local": (NUM_LOCAL, 1, 1, SPECIAL_SCORE),
-    "dtr-unopt": (NUM_FRESH, 1, 2, SPECIAL_SCORE),
-    "dtr-fresh": (NUM_FRESH, 1, 1, SPECIAL_SCORE),
-    "msps": (NUM_ANCESTORS, 1, 0, SPECIAL_SCORE),
-    "lru": (NUM_ONE, 0, 0, SPECIAL_LRU),
-    "size": (NUM_ONE, 1, 0, SPECIAL_SCORE),
-    "random": (NUM_ONE, 0, 0, SPECIAL_RANDOM),
-}
-for _cost, _num in (("e", NUM_E), ("eq", NUM_EQ), ("local", NUM_LOCAL), ("none", NUM_ONE)):
-    for _size in (1, 0):
-        for _stale in (1, 0):
-            _name = "ab-" + "-".join([_cost] + (["size"] if _size else []) + (["stale"] if _stale else []))
-            _special = SPECIAL_RANDOM if (_cost == "none" and not _size and not _stale) else SPECIAL_SCORE
-            _SHAPES[_name] = (_num, _size, _stale, _special)
+
+def _check_interface(mod) -> None:
+    """The numbers and names both sides must share: a mismatch is a build of another version."""
+    problems = []
+    if set(mod.OPCODES) != set(fm.OPCODES):
+        problems.append(f"opcodes {sorted(set(mod.OPCODES) ^ set(fm.OPCODES))}")
+    if set(mod.FEATURES) != set(fm.FEATURES):
+        problems.append(f"features {sorted(set(mod.FEATURES) ^ set(fm.FEATURES))}")
+    steps = {"compute": COMPUTE, "get": GET, "pin": PIN, "release": RELEASE}
+    if mod.STEP_KINDS != steps:
+        problems.append(f"step kinds {mod.STEP_KINDS} != {steps}")
+    if [mod.OUTCOMES[k] for k in (OK, OOM, REMAT_LIMIT)] != [0, 1, 2]:
+        problems.append(f"outcomes {mod.OUTCOMES}")
+    if set(mod.BUFFERS) != set(_BUFFER_NAMES):
+        problems.append(f"buffers {sorted(set(mod.BUFFERS) ^ set(_BUFFER_NAMES))}")
+    if problems:
+        raise ImportError(f"dtrlab.sim._cengine does not match this dtrlab ({'; '.join(problems)}): "
+                          "rebuild it (python setup.py build_ext --inplace)")
+
+
+if _cengine is not None:
+    _check_interface(_cengine)
+
+
+class ScoreOverflow(Exception):
+    """A score's integer left the compiled engine's 128 bits: the run needs the exact Python path."""
+
+
+def _program_arrays(formula: fm.Formula):
+    """The formula as the C module's postfix program: int64 (opcode, argument) pairs and float64
+    constants (None, None for the random choice)."""
+    if formula.is_random:
+        return None, None
+    prog = fm.postfix(formula)
+    ops, feats = _cengine.OPCODES, _cengine.FEATURES
+    code = np.array([(ops[op], feats[arg] if op == "feature" else arg) for op, arg in prog.code], np.int64)
+    return code, np.array(prog.floats, np.float64)
 
 
 def compiled_policy(policy: Policy) -> bool:
-    """Whether the compiled engine knows this policy (every built-in one, when it is built)."""
-    return _cengine is not None and policy.builtin and policy.name in _SHAPES
+    """Whether the compiled engine runs this policy: every formula (built-in or not), when it is built."""
+    return (_cengine is not None and policy.formula is not None
+            and (policy.formula.is_random or fm.postfix(policy.formula).depth <= _cengine.MAX_STACK))
 
 
 def supports(policy: Policy, runtime: Runtime, program: Program) -> bool:
@@ -65,7 +90,7 @@ def _adjacency(src: np.ndarray, dst: np.ndarray, birth: np.ndarray, n: int):
     return ptr, dst[order].astype(np.int32), birth[order].astype(np.int32)
 
 
-def _prepared(program: Program) -> tuple:
+def _prepared(program: Program) -> dict:
     """The arrays the compiled engine walks, derived once per program."""
     prep = program.meta.get("_cengine_bufs")
     if prep is not None:
@@ -90,14 +115,13 @@ def _prepared(program: Program) -> tuple:
     src, dst, birth = src[keep], dst[keep], birth[keep]
     f_ptr, f_list, f_birth = _adjacency(src, dst, birth, program.n_storages)
     r_ptr, r_list, r_birth = _adjacency(dst, src, birth, program.n_storages)
-    prep = tuple(np.ascontiguousarray(a) for a in (
-        program.op_cost_ns.astype(i64), op_size, program.op_out_start.astype(i32),
-        program.op_n_out.astype(i32), program.op_arg_ptr.astype(i32), program.op_args.astype(i32),
-        program.tensor_op.astype(i32), program.tensor_storage.astype(i32),
-        program.tensor_size_bytes.astype(i64), program.storage_size_bytes.astype(i64),
-        program.storage_root.astype(i32), s_tptr, order,
-        program.step_kind.astype(np.int8), program.step_target.astype(i32),
-        f_ptr, f_list, f_birth, r_ptr, r_list, r_birth))
+    arrays = (program.op_cost_ns.astype(i64), op_size, program.op_out_start.astype(i32),
+              program.op_n_out.astype(i32), program.op_arg_ptr.astype(i32), program.op_args.astype(i32),
+              program.tensor_op.astype(i32), program.tensor_storage.astype(i32),
+              program.tensor_size_bytes.astype(i64), program.storage_size_bytes.astype(i64), s_tptr, order,
+              program.step_kind.astype(np.int8), program.step_target.astype(i32),
+              f_ptr, f_list, f_birth, r_ptr, r_list, r_birth)
+    prep = {name: np.ascontiguousarray(a) for name, a in zip(_BUFFER_NAMES, arrays)}
     program.meta["_cengine_bufs"] = prep
     return prep
 
@@ -114,16 +138,17 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     engine_stats adds `region_rebuilds` (e* regions traversed afresh) and `region_updates`
     (trusted reverse regions updated in place instead; see _cengine.c). check compares every
     trusted region with a fresh traversal after each step and raises AssertionError at the first
-    difference: slow, for tests."""
-    num, den_size, den_stale, special = _SHAPES[policy.name]
+    difference: slow, for tests. Raises ScoreOverflow when a score's integer leaves 128 bits."""
+    code, floats = _program_arrays(policy.formula)
     arrays = None
     if counts:
         arrays = tuple(np.zeros(program.n_storages, np.int64) for _ in range(3))
-    out = _cengine.run(_prepared(program), -1 if budget_bytes is None else int(budget_bytes), num,
-                       den_size, den_stale, special, int(runtime.eager),
-                       int(runtime.optimized and NEIGHBORHOOD in policy.needs),
-                       int(runtime.optimized and EQ_CLASS in policy.needs),
+    out = _cengine.run(_prepared(program), -1 if budget_bytes is None else int(budget_bytes), code, floats,
+                       runtime.eager, runtime.optimized and NEIGHBORHOOD in policy.needs,
+                       runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
                        float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, log, check)
+    if out["outcome"] == _cengine.OUTCOMES["overflow"]:
+        raise ScoreOverflow(f"policy {policy.name}: a score's integer left 128 bits")
     out["outcome"] = _OUTCOMES[out["outcome"]]
     raw_log = out.pop("log")
     work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates")}

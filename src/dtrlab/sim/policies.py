@@ -1,6 +1,7 @@
 """Eviction policies: the score of each storage, the registry, and the DTR authors' ablations.
 
 A policy scores a resident, unlocked storage from its features; the engine evicts the lowest.
+Every built-in is a formula of the score language (formula.py), defined once here.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
+from . import formula as fm
+from .formula import EQ_CLASS, FRESH_NEIGHBORHOOD, HISTORY, NEIGHBORHOOD, Formula  # noqa: F401 (re-exported)
 
 INF = math.inf
-
-# What a score may ask for beyond the always-present features (see StorageFeatures):
-NEIGHBORHOOD = "regions"  # e* cost, maintained incrementally by an optimized runtime
-EQ_CLASS = "eq_class"  # equivalence-class cost, maintained by an optimized runtime
-FRESH_NEIGHBORHOOD = "fresh_regions"  # e* cost and staleness by a fresh traversal each time
 
 
 @dataclass(frozen=True)
 class StorageFeatures:
-    """What a policy's score sees of one candidate storage (all integers, times in ns).
+    """What a policy's score sees of one candidate storage (integers, times in ns); the fields
+    are the formula language's features (see formula.FEATURES and FEATURE_FIELDS).
 
     compute_ns: cost of the operators that produce the storage's tensors.
     size_bytes: the storage's size.
@@ -33,6 +32,8 @@ class StorageFeatures:
     fresh_neighborhood_ns / fresh_staleness_ns: the same from a fresh traversal, staleness taken
         from the most recently used member (needs FRESH_NEIGHBORHOOD).
     last_access_ns, clock_ns: the raw timestamps.
+    evictions / remats: the storage's policy evictions and rematerializations so far (HISTORY).
+    budget_bytes / resident_bytes: the run's budget and the bytes in memory now.
     """
 
     compute_ns: int
@@ -45,107 +46,142 @@ class StorageFeatures:
     eq_class_ns: int = 0
     fresh_neighborhood_ns: int = 0
     fresh_staleness_ns: int | float = 0
+    evictions: int = 0
+    remats: int = 0
+    budget_bytes: int | float = INF
+    resident_bytes: int = 0
 
+
+# formula feature -> StorageFeatures field
+FEATURE_FIELDS = {
+    "compute": "compute_ns", "size": "size_bytes", "staleness": "staleness_ns", "estar": "neighborhood_ns",
+    "ancestors": "ancestors_ns", "eqclass": "eq_class_ns", "fresh_estar": "fresh_neighborhood_ns",
+    "fresh_staleness": "fresh_staleness_ns", "last_access": "last_access_ns", "clock": "clock_ns",
+    "evictions": "evictions", "remats": "remats", "budget": "budget_bytes", "resident": "resident_bytes",
+}
+assert set(FEATURE_FIELDS) == set(fm.FEATURES), "every feature of the language has a field"
 
 Score = Callable[[StorageFeatures], float]
 
 
 @dataclass(frozen=True)
 class Policy:
-    """An eviction policy: a score over StorageFeatures (lower is evicted first), or random."""
+    """An eviction policy: a formula (data: both engines evaluate it), or a user's Python
+    function over StorageFeatures (the Python engine only). Lower scores are evicted first.
+
+    score: the score over StorageFeatures (derived from the formula; None: the random choice).
+    """
 
     name: str
-    score: Score | None  # None: random choice
+    score: Score | None
     needs: frozenset[str] = frozenset()
     reference: str | None = None  # the reference simulator's class name
     description: str = ""
     builtin: bool = False
+    formula: Formula | None = None  # None: `score` is a Python function
 
     @property
     def is_random(self) -> bool:
         return self.score is None
 
-
-def _q(num, den):
-    """The reference's quotient: correctly rounded, inf when the denominator is not positive."""
-    return num / den if den > 0 else INF
-
-
-# The scores of the built-in policies, written over StorageFeatures.
-def _dtr(f):
-    return _q(f.compute_ns + f.neighborhood_ns, f.size_bytes * f.staleness_ns)
+    @property
+    def text(self) -> str | None:
+        """The formula's canonical text (None for a Python function)."""
+        return None if self.formula is None else self.formula.text
 
 
-def _dtr_eq(f):
-    return _q(f.compute_ns + f.eq_class_ns, f.size_bytes * f.staleness_ns)
+def policy_key(policy: Policy) -> str:
+    """What identifies a policy's meaning in stored results: its formula's canonical text, so
+    two formulas under one name never share rows. A Python function has no text that other
+    processes could rebuild it from: its key is `python:NAME`."""
+    return policy.formula.text if policy.formula is not None else f"python:{policy.name}"
 
 
-def _dtr_local(f):
-    return _q(f.compute_ns, f.size_bytes * f.staleness_ns)
+def _features_score(formula: Formula) -> Score | None:
+    """The formula as a function over StorageFeatures (the analyses' view of a score)."""
+    if formula.is_random:
+        return None
+    source = fm.python_source(formula, {f: f"f.{FEATURE_FIELDS[f]}" for f in formula.features})
+    return eval(f"lambda f: {source}", dict(fm.NAMESPACE))  # noqa: S307 - our own generated text
 
 
-def _dtr_unopt(f):
-    return _q(f.compute_ns + f.fresh_neighborhood_ns, f.size_bytes * f.fresh_staleness_ns)
+def formula_policy(text: str | Formula, name: str | None = None, *, reference: str | None = None,
+                   description: str = "", builtin: bool = False) -> Policy:
+    """A policy from a formula (text or parsed); unnamed, it is named by its canonical text."""
+    formula = fm.parse(text) if isinstance(text, str) else text
+    return Policy((name or formula.text), _features_score(formula), formula.needs, reference, description,
+                  builtin, formula)
 
 
-def _dtr_fresh(f):
-    return _q(f.compute_ns + f.fresh_neighborhood_ns, f.size_bytes * f.staleness_ns)
+# The built-in policies, each defined once, in the score language. `/` is the reference's
+# quotient: correctly rounded, inf when the denominator is not positive.
+_BUILTINS = [
+    ("dtr", "score: (compute + estar) / (size * staleness)", "DTR",
+     "e* cost / (size x staleness): the DTR heuristic"),
+    ("dtr-eq", "score: (compute + eqclass) / (size * staleness)", "DTREqClass",
+     "equivalence-class cost / (size x staleness)"),
+    ("dtr-local", "score: compute / (size * staleness)", "DTRLocal", "own cost / (size x staleness)"),
+    ("dtr-unopt", "score: (compute + fresh_estar) / (size * fresh_staleness)", "DTRUnopt",
+     "e* by a fresh traversal each time / (size x neighbourhood staleness)"),
+    ("msps", "score: (compute + ancestors) / size", "MSPS", "cost with evicted ancestors / size"),
+    ("dtr-fresh", "score: (compute + fresh_estar) / (size * staleness)", None,
+     "DTR with e* by a fresh traversal each time (not the reference's incremental upkeep)"),
+    ("lru", "score: last_access", "LRU", "least recently used"),
+    ("size", "score: 1 / size", "LargestStorage", "largest storage first"),
+    ("random", "random", "RandomStorage", "uniform over the pool (seeded)"),
+]
+# The sixteen ablations: cost term x size term x staleness term (no term at all: random).
+_ABLATION_COST = {"e": ("compute + estar", "E", "e*"), "eq": ("compute + eqclass", "Eq", "equivalence class"),
+                  "local": ("compute", "Local", "local"), "none": ("1", "", "no cost")}
 
 
-def _msps(f):  # compute over size, counting only the evicted ancestors (reverse e*)
-    return _q(f.compute_ns + f.ancestors_ns, f.size_bytes)
+def _ablation_formula(cost: str, size: bool, stale: bool) -> str:
+    num = _ABLATION_COST[cost][0]
+    den = " * ".join((["size"] if size else []) + (["staleness"] if stale else []))
+    if not den:
+        return "random" if cost == "none" else f"score: {num}"
+    num = f"({num})" if "+" in num else num
+    return f"score: {num} / {f'({den})' if '*' in den else den}"
 
 
-def _lru(f):
-    return f.last_access_ns
-
-
-def _size(f):
-    return _q(1, f.size_bytes)
-
-
-_BASE_COST = {"e": ("e*", NEIGHBORHOOD), "eq": ("equivalence class", EQ_CLASS),
-              "local": ("local", None), "none": ("no cost", None)}
-
-
-def _ablation(cost: str, size: bool, stale: bool) -> Score:
-    def score(f: StorageFeatures):
-        if cost == "e":
-            num = f.compute_ns + f.neighborhood_ns
-        elif cost == "eq":
-            num = f.compute_ns + f.eq_class_ns
-        elif cost == "local":
-            num = f.compute_ns
-        else:
-            num = 1
-        if not size and not stale:
-            return num
-        den = (f.size_bytes if size else 1) * (f.staleness_ns if stale else 1)
-        return _q(num, den)
-
-    return score
+def _ablations():
+    for cost, (_, ref_cost, label) in _ABLATION_COST.items():
+        for size in (True, False):
+            for stale in (True, False):
+                name = "ab-" + "-".join([cost] + (["size"] if size else []) + (["stale"] if stale else []))
+                ref = "Ab" + ref_cost + ("Size" if size else "") + ("Stale" if stale else "")
+                desc = (f"ablation: {label}, {'size' if size else 'no size'}, "
+                        f"{'staleness' if stale else 'no staleness'}")
+                if ref == "Ab":
+                    ref, desc = "AbRandom", desc + " (random)"
+                yield name, _ablation_formula(cost, size, stale), ref, desc
 
 
 POLICIES: dict[str, Policy] = {}
 _ALIASES: dict[str, str] = {}
 
 
-def register_policy(name: str, score: Score | None, needs: frozenset[str] | set[str] = frozenset(),
-                    *, reference: str | None = None, description: str = "",
-                    builtin: bool = False, replace: bool = False) -> Policy:
+def register_policy(name: str, score: str | Formula | Score | None,
+                    needs: frozenset[str] | set[str] = frozenset(), *, reference: str | None = None,
+                    description: str = "", builtin: bool = False, replace: bool = False) -> Policy:
     """Add a policy to the registry; `dtrlab simulate --policy NAME` and sweeps can then use it.
 
-    A user's policy is a function of StorageFeatures returning a number (lower = evict first;
-    ties go to the last candidate in pool order; a score of exactly 0 stops the scan).
-    It runs on the pure-Python engine.
+    `score` is a formula (`"score: (compute + estar) / (size * staleness)"`: both engines run it,
+    and its needs follow from its features), or a Python function of StorageFeatures returning a
+    number, with the upkeep it reads declared in `needs` (it runs on the Python engine, in this
+    process only). Lower = evict first; ties go to the last candidate in pool order; a score of
+    exactly 0 stops the scan.
     """
     key = name.lower()
     if not replace and (key in POLICIES or key in _ALIASES):
         raise UsageError(f"policy {name!r} is already registered")
-    unknown = set(needs) - {NEIGHBORHOOD, EQ_CLASS, FRESH_NEIGHBORHOOD}
-    if unknown:
-        raise UsageError(f"policy {name!r} needs unknown features {sorted(unknown)}")
-    policy = Policy(key, score, frozenset(needs), reference, description, builtin)
+    if isinstance(score, (str, Formula)):
+        policy = formula_policy(score, key, reference=reference, description=description, builtin=builtin)
+    else:
+        unknown = set(needs) - set(fm.NEEDS)
+        if unknown:
+            raise UsageError(f"policy {name!r} needs unknown features {sorted(unknown)}")
+        policy = Policy(key, score, frozenset(needs), reference, description, builtin)
     POLICIES[key] = policy
     if reference:
         _ALIASES[reference.lower()] = key
@@ -153,40 +189,8 @@ def register_policy(name: str, score: Score | None, needs: frozenset[str] | set[
 
 
 def _register_builtins() -> None:
-    base = [
-        ("dtr", _dtr, {NEIGHBORHOOD}, "DTR", "e* cost / (size x staleness): the DTR heuristic"),
-        ("dtr-eq", _dtr_eq, {EQ_CLASS}, "DTREqClass", "equivalence-class cost / (size x staleness)"),
-        ("dtr-local", _dtr_local, set(), "DTRLocal", "own cost / (size x staleness)"),
-        ("dtr-unopt", _dtr_unopt, {FRESH_NEIGHBORHOOD}, "DTRUnopt",
-         "e* by a fresh traversal each time / (size x neighbourhood staleness)"),
-        ("msps", _msps, {NEIGHBORHOOD}, "MSPS", "cost with evicted ancestors / size"),
-        ("dtr-fresh", _dtr_fresh, {FRESH_NEIGHBORHOOD}, None,
-         "DTR with e* by a fresh traversal each time (not the reference's incremental upkeep)"),
-        ("lru", _lru, set(), "LRU", "least recently used"),
-        ("size", _size, set(), "LargestStorage", "largest storage first"),
-    ]
-    for name, score, needs, ref, desc in base:
-        register_policy(name, score, needs, reference=ref, description=desc, builtin=True)
-    register_policy("random", None, reference="RandomStorage", description="uniform over the pool (seeded)",
-                    builtin=True)
-    # The sixteen ablations: cost term x size term x staleness term.
-    ref_cost = {"e": "E", "eq": "Eq", "local": "Local", "none": ""}
-    for cost in ("e", "eq", "local", "none"):
-        for size in (True, False):
-            for stale in (True, False):
-                parts = [cost] + (["size"] if size else []) + (["stale"] if stale else [])
-                name = "ab-" + "-".join(parts)
-                ref = "Ab" + ref_cost[cost] + ("Size" if size else "") + ("Stale" if stale else "")
-                if ref == "Ab":
-                    ref = "AbRandom"
-                label, need = _BASE_COST[cost]
-                desc = f"ablation: {label}, {'size' if size else 'no size'}, {'staleness' if stale else 'no staleness'}"
-                if cost == "none" and not size and not stale:
-                    register_policy(name, None, reference=ref, description=desc + " (random)",
-                                    builtin=True)
-                else:
-                    register_policy(name, _ablation(cost, size, stale), {need} if need else set(),
-                                    reference=ref, description=desc, builtin=True)
+    for name, text, ref, desc in [*_BUILTINS, *_ablations()]:
+        register_policy(name, text, reference=ref, description=desc, builtin=True)
 
 
 _register_builtins()
@@ -195,8 +199,11 @@ DEFAULT_POLICY = "dtr"
 
 
 def get_policy(name: str | Policy) -> Policy:
+    """A policy by name or reference name, or an inline formula (`score: ...`)."""
     if isinstance(name, Policy):
         return name
+    if fm.is_formula_text(name):
+        return formula_policy(name)
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     policy = POLICIES.get(key)

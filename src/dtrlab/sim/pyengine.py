@@ -10,7 +10,9 @@ import math
 from collections import Counter
 
 from ..trace.lower import COMPUTE, GET, PIN, RELEASE, Program
-from .policies import EQ_CLASS, FRESH_NEIGHBORHOOD, NEIGHBORHOOD, Policy, StorageFeatures
+from ..errors import UsageError
+from . import formula as fm
+from .policies import EQ_CLASS, FRESH_NEIGHBORHOOD, HISTORY, NEIGHBORHOOD, Policy, StorageFeatures
 from .result import OK, OOM, REMAT_LIMIT
 from .runtimes import Runtime
 
@@ -88,7 +90,7 @@ class Engine:
         self.obs = observer
         self.regions_on = runtime.optimized and NEIGHBORHOOD in policy.needs
         self.eq_on = runtime.optimized and EQ_CLASS in policy.needs
-        self.fresh_on = FRESH_NEIGHBORHOOD in policy.needs
+        self.history_on = HISTORY in policy.needs
 
         nt, ns = program.n_tensors, program.n_storages
         self.t_storage = program.tensor_storage.tolist()
@@ -140,6 +142,10 @@ class Engine:
         self.evicted_roots: set[int] = set()
         self.score_evals = 0
         self.ops_created = 0
+        # per-storage history, kept only for a policy that reads it
+        self.s_evictions = [0] * ns if self.history_on else None
+        self.s_remats = [0] * ns if self.history_on else None
+        self._score = _formula_score(self, policy.formula) if policy.formula is not None else self._function_score
 
     # --- pool and locks ------------------------------------------------------------------
     def _make_evictable(self, s: int) -> None:
@@ -181,6 +187,8 @@ class Engine:
         if by_policy:
             self.evictions += 1
             self.evicted_roots.add(root)
+            if self.history_on:
+                self.s_evictions[s] += 1
         else:
             self.eager_evictions += 1
         if self.obs:
@@ -272,6 +280,22 @@ class Engine:
             self.uf_value[rb] += self.uf_value[ra]
 
     # --- scores --------------------------------------------------------------------------
+    def _eq_class(self, s: int) -> int:
+        roots = {self._uf_find(self.ecn[n]) for n in self._evicted_neighbors(s)}
+        return sum(self.uf_value[r] for r in roots)
+
+    def _fresh(self, s: int) -> tuple[int, int | float]:
+        """e* cost and staleness by a fresh traversal: staleness of the newest member."""
+        fwd, rev = _Region(), _Region()
+        self._traverse(s, True, fwd)
+        self._traverse(s, False, rev)
+        latest = self.last_access[s]
+        fresh = 0
+        for u in fwd.interior | rev.interior:
+            fresh += self.s_compute[u]
+            latest = max(latest, self.last_access[u])
+        return fresh, self.clock - latest
+
     def _features(self, s: int) -> StorageFeatures:
         la = self.last_access[s]
         needs = self.policy.needs
@@ -281,34 +305,36 @@ class Engine:
             anc = self.region_rev[s].compute
             nb = self.region_fwd[s].compute + anc
         if EQ_CLASS in needs:
-            roots = {self._uf_find(self.ecn[n]) for n in self._evicted_neighbors(s)}
-            eq = sum(self.uf_value[r] for r in roots)
+            eq = self._eq_class(s)
         if FRESH_NEIGHBORHOOD in needs:
-            fwd, rev = _Region(), _Region()
-            self._traverse(s, True, fwd)
-            self._traverse(s, False, rev)
-            latest = la
-            for u in fwd.interior | rev.interior:
-                fresh += self.s_compute[u]
-                latest = max(latest, self.last_access[u])
-            fresh_stale = self.clock - latest
+            fresh, fresh_stale = self._fresh(s)
+        hist = (self.s_evictions[s], self.s_remats[s]) if self.history_on else (0, 0)
         return StorageFeatures(self.s_compute[s], self.s_size[s], self.clock - la, la, self.clock,
-                               nb, anc, eq, fresh, fresh_stale)
+                               nb, anc, eq, fresh, fresh_stale, *hist, self.budget, self.memory)
+
+    def _function_score(self, s: int):
+        return self.policy.score(self._features(s))
 
     def _choose(self) -> int:
-        if self.policy.score is None:
+        if self.policy.is_random:
             self.score_evals += 1
             pool = list(self.pool)
             return pool[self.rng.below(len(pool))]
-        score = self.policy.score
+        score = self._score
         best, best_s = INF, -1
-        for s in self.pool:
-            cost = score(self._features(s))
-            self.score_evals += 1
-            if cost <= best:
-                best, best_s = cost, s
-            if cost == 0:
-                break
+        try:
+            for s in self.pool:
+                cost = score(s)
+                self.score_evals += 1
+                if cost <= best:
+                    best, best_s = cost, s
+                elif cost != cost and best == INF:
+                    best_s = s  # a NaN score counts as +inf: it ties with inf, to the last
+                if cost == 0:
+                    break
+        except OverflowError:
+            raise UsageError(f"policy {self.policy.name}: a score is too large for a float "
+                             f"(at clock {self.clock})") from None
         if self.obs:
             self.obs.on_choose(self, best_s, best)
         return best_s
@@ -372,6 +398,8 @@ class Engine:
             self.memory -= self.t_size[u]
         for s in remat_storages:
             self._make_evictable(s)
+            if remat and self.history_on:
+                self.s_remats[s] += 1  # as the instruments count: a shared storage counts twice
         if self.obs:
             self.obs.on_compute(self, t, remat)
         if self.regions_on:
@@ -502,3 +530,24 @@ class Engine:
         except _RematLimit:
             return REMAT_LIMIT
         return OK
+
+
+# Each feature of the score language, read off the engine's state (`e`) for storage `s`.
+_FEATURE_SOURCE = {
+    "compute": "e.s_compute[s]", "size": "e.s_size[s]", "staleness": "e.clock - e.last_access[s]",
+    "estar": "e.region_fwd[s].compute + e.region_rev[s].compute", "ancestors": "e.region_rev[s].compute",
+    "eqclass": "e._eq_class(s)", "fresh_estar": "fresh[0]", "fresh_staleness": "fresh[1]",
+    "last_access": "e.last_access[s]", "clock": "e.clock", "evictions": "e.s_evictions[s]",
+    "remats": "e.s_remats[s]", "budget": "e.budget", "resident": "e.memory",
+}
+
+
+def _formula_score(engine: Engine, formula: fm.Formula):
+    """The formula compiled once into a Python function of the storage, for this engine."""
+    if formula.is_random:
+        return None
+    body = fm.python_source(formula, _FEATURE_SOURCE)
+    fresh = "    fresh = e._fresh(s)\n" if FRESH_NEIGHBORHOOD in formula.needs else ""
+    namespace = dict(fm.NAMESPACE, e=engine)
+    exec(f"def score(s):\n{fresh}    return {body}\n", namespace)  # noqa: S102 - our own text
+    return namespace["score"]

@@ -120,12 +120,18 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
     use_c = engine != "python" and instruments is None and cengine.supports(pol, rt, program)
     if engine == "c" and not use_c:
         raise UsageError("the compiled engine is not available for this run "
-                         "(not built, a user policy, instruments, or the banishing runtime)")
+                         "(not built, a policy written as a Python function, instruments, or the banishing runtime)")
     budget = math.inf if budget_bytes is None else budget_bytes
+    counters = None
     if use_c:
-        counters = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
-        name = "c"
-    else:
+        try:
+            counters = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
+            name = "c"
+        except cengine.ScoreOverflow as exc:
+            if engine == "c":
+                raise UsageError(f"{exc}: the compiled engine cannot run it exactly; "
+                                 "use --engine python (exact integers, slower)") from None
+    if counters is None:  # the Python engine: exact integers of any size
         observer = instruments.observer(program) if instruments is not None else None
         eng = pyengine.Engine(program, budget, pol, rt, remat_limit, seed, observer)
         outcome = eng.run()
