@@ -124,3 +124,36 @@ def test_inline_formulas_through_a_sweep(tmp_path, executor):
     for _, row in rows.iterrows():
         direct = simulate(program, int(row["budget_bytes"]), row["policy"])
         assert (row["clock_ns"], row["evictions"]) == (direct.clock_ns, direct.evictions)
+
+
+def test_a_registered_formula_sweeps_under_its_text_and_a_function_is_refused(tmp_path):
+    """Worker processes know only built-ins and inline formulas: a formula registered here travels
+    as its text (so its rows are its own); a Python function is one clear line, not a worker error."""
+    from conftest import TRACES, require_shared
+    from dtrlab.errors import UsageError
+    from dtrlab.sweep.grid import build_specs
+    from dtrlab.sweep.run import run_sweep
+    from dtrlab.trace import load
+
+    require_shared()
+    program, = load(TRACES, ["resnet32"], cache=False)
+    formula = register_policy("test-sweep-formula", "score: (compute + estar) / (size * staleness ** 2)",
+                              replace=True)
+    register_policy("test-sweep-function", lambda f: float(f.size_bytes), replace=True)
+    specs = build_specs(str(TRACES), [program], ["test-sweep-formula"], ["eager-optimized"], [0.2, 0.3])
+    assert {s.policy for s in specs} == {formula.formula.text}
+    summary = run_sweep(specs, tmp_path / "r.duckdb", workers=2, progress=False)
+    assert summary.ran == 2
+    for s in specs:
+        assert results_row(tmp_path / "r.duckdb", s.key)["clock_ns"] == \
+            simulate(program, s.budget_bytes, "test-sweep-formula").clock_ns
+    functions = build_specs(str(TRACES), [program], ["test-sweep-function"], ["eager-optimized"], [0.2])
+    with pytest.raises(UsageError, match="is a Python function, which a sweep's worker processes cannot see"):
+        run_sweep(functions, tmp_path / "f.duckdb", workers=1, progress=False)
+    assert not (tmp_path / "f.duckdb").exists()
+
+
+def results_row(path, key):
+    from dtrlab.sweep.store import results_dataframe
+
+    return results_dataframe(path).set_index("key").loc[key]

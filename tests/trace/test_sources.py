@@ -90,11 +90,11 @@ def test_trace_info_reads_each_layout(unzipped, capsys):
 @needs_shared
 @needs_simrd_zip
 def test_reproduce_resolves_the_zip_to_the_public_programs():
-    from dtrlab.report.pipeline import _programs, trace_source
+    from dtrlab.report.pipeline import trace_source
     from dtrlab.report.plan import QUICK
 
     with trace_source(str(SIMRD_ZIP)) as (path, label):
-        programs = _programs(path, QUICK)
+        programs = QUICK.choose(load(path))  # what reproduce reads
     assert label == str(SIMRD_ZIP)
     assert programs and [p.name for p in programs] == [n for n in PUBLIC if n in {p.name for p in programs}]
     for p in programs:

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 from ..semantics import SEMANTICS_VERSION
 from ..errors import UsageError
-from ..sim.policies import get_policy
+from ..sim.policies import get_policy, policy_key
 from ..sim.result import OK, TIMEOUT
 from ..sim.runtimes import get_runtime
 from ..sim.simulate import ENGINES, budget_from_ratio, check_budget_bytes, check_compatible
@@ -153,6 +153,14 @@ def refine(points: Iterable[Point], k: int, factor: float) -> tuple[float, ...]:
     return tuple(sorted(new))
 
 
+def portable_name(policy) -> str:
+    """How a spec names its policy so that a worker process can rebuild it: a built-in by its name,
+    a formula registered in this process by its text (the worker has not registered it)."""
+    if policy.builtin or policy.formula is None:
+        return policy.name
+    return policy.formula.text
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One run of a sweep: which trace (by content), policy, runtime, budget and options.
@@ -176,7 +184,7 @@ class RunSpec:
     def key(self) -> str:
         canonical = json.dumps({
             "trace_sha256": self.trace_sha256,
-            "policy": self.policy,
+            "policy": policy_key(get_policy(self.policy)),  # the formula, not the name it is known by
             "runtime": self.runtime,
             "options": {"overhead_limit": self.overhead_limit, "seed": self.seed},
             "budget_bytes": self.budget_bytes,
@@ -207,7 +215,7 @@ def build_specs(source: str, programs: Sequence[Program], policies: Sequence[str
         if not (math.isfinite(overhead_limit) and overhead_limit >= 1):
             raise UsageError(f"overhead limit must be a number of at least 1, got {overhead_limit}")
         overhead_limit = float(overhead_limit)
-    pols = list(dict.fromkeys(get_policy(p).name for p in policies))
+    pols = list(dict.fromkeys(portable_name(get_policy(p)) for p in policies))
     rts = list(dict.fromkeys(get_runtime(r).name for r in runtimes))
     for p, r in itertools.product(pols, rts):
         check_compatible(get_policy(p), get_runtime(r))

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from ..errors import UsageError
 from ..output import console
+from ..sim.policies import get_policy
 from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT
 from ..sim.simulate import budget_from_ratio
 from ..trace.lower import Program
@@ -172,6 +173,16 @@ def interrupted_message(summary: SweepSummary) -> str:
     return f"interrupted{how}: {summary.ran} runs stored this time; run the same command again to finish"
 
 
+def _check_rebuildable(specs: Sequence[RunSpec]) -> None:
+    """Workers are other processes: a policy that is a Python function registered here is unknown
+    there (and its rows could not be told from another function's under the same name)."""
+    for name in dict.fromkeys(s.policy for s in specs):
+        if get_policy(name).formula is None:
+            raise UsageError(f"policy {name!r} is a Python function, which a sweep's worker processes "
+                             "cannot see: write it as a formula (--policy 'score: ...', see docs/policies.md) "
+                             "or run it in this process with dtrlab.sim.simulate.simulate")
+
+
 def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, executor=DEFAULT_EXECUTOR,
               workers: int | None = None, scheduler: str | None = None, timeout_s: float | None = None,
               progress: bool = True, *, report: bool | None = None) -> SweepSummary:
@@ -188,6 +199,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
     for s in specs:
         unique.setdefault(s.key, s)
     specs = list(unique.values())
+    _check_rebuildable(specs)
     # The executor before the store: a scheduler that cannot be reached leaves no new file behind.
     named = isinstance(executor, str)
     ex_context = get_executor(executor, workers, scheduler) if named else nullcontext(executor)
