@@ -31,6 +31,9 @@ _BUFFER_NAMES = ("op_cost", "op_size", "op_out_start", "op_n_out", "op_arg_ptr",
 def _check_interface(mod) -> None:
     """The numbers and names both sides must share: a mismatch is a build of another version."""
     problems = []
+    if not hasattr(mod, "OPCODES"):  # a build from before the engines shared their numbers
+        raise ImportError("dtrlab.sim._cengine is a build of an older dtrlab: rebuild it "
+                          "(pip install -e . or python setup.py build_ext --inplace)")
     if set(mod.OPCODES) != set(fm.OPCODES):
         problems.append(f"opcodes {sorted(set(mod.OPCODES) ^ set(fm.OPCODES))}")
     if set(mod.FEATURES) != set(fm.FEATURES):
