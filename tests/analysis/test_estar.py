@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import golden, needs_shared, public_program
-from dtrlab.analysis.estar import neighbourhood_drift
+from dtrlab.analysis.estar import neighborhood_drift
 from dtrlab.errors import UsageError
 from dtrlab.sim.simulate import budget_from_ratio, simulate
 
@@ -19,7 +19,7 @@ from helpers import synthetic_program  # noqa: E402
 
 def test_no_pressure_no_drift():
     program = synthetic_program(3, 60)
-    drift = neighbourhood_drift(program, budget_from_ratio(program, 2.0))
+    drift = neighborhood_drift(program, budget_from_ratio(program, 2.0))
     assert drift.outcome == "ok" and drift.evaluations == 0 and drift.differing == 0
 
 
@@ -30,7 +30,7 @@ def test_replay_keeps_the_reference_choices(seed, policy):
     where it is built), and every score it evaluates is counted."""
     program = synthetic_program(seed, 80)
     budget = budget_from_ratio(program, 0.4)
-    drift = neighbourhood_drift(program, budget, policy)
+    drift = neighborhood_drift(program, budget, policy)
     run = simulate(program, budget, policy)
     assert (drift.outcome, drift.clock_ns, drift.evictions, drift.evaluations) == \
            (run.outcome, run.clock_ns, run.evictions, run.score_evals)
@@ -45,7 +45,7 @@ def test_unet_has_stale_incremental_neighbourhoods():
     upkeep misses storages it should have absorbed); the counts are pinned in goldens.json."""
     program = public_program("unet")
     budget = budget_from_ratio(program, 0.3)
-    drift = neighbourhood_drift(program, budget)
+    drift = neighborhood_drift(program, budget)
     assert drift.evaluations == simulate(program, budget, "dtr").score_evals
     pinned = golden("estar_drift_unet_0.3_dtr")
     assert (drift.evaluations, drift.differing, drift.lower, drift.higher) == \
@@ -55,7 +55,7 @@ def test_unet_has_stale_incremental_neighbourhoods():
 
 def test_policies_without_incremental_e_star_are_refused():
     with pytest.raises(UsageError):
-        neighbourhood_drift(synthetic_program(1), 10, "dtr-local")
+        neighborhood_drift(synthetic_program(1), 10, "dtr-local")
 
 
 @needs_shared

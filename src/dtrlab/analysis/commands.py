@@ -178,11 +178,11 @@ def estar_drift_cmd(
     """How often the reference's incremental e* differs from a fresh traversal in one run."""
     source = resolve_source(source, traces)
     from ..sim.simulate import budget_of, check_budget_args
-    from .estar import neighbourhood_drift
+    from .estar import neighborhood_drift
 
     check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
-    drift = neighbourhood_drift(program, budget_of(program, ratio, budget_bytes), policy, runtime)
+    drift = neighborhood_drift(program, budget_of(program, ratio, budget_bytes), policy, runtime)
     if as_json:
         print_json({"trace": program.name, "policy": policy, "runtime": runtime, "ratio": ratio, **drift.to_dict()})
         return

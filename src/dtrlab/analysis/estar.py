@@ -79,7 +79,7 @@ class _Probe(Engine):
                 self.first = Disagreement(self.clock, name, *inc, *fresh)
 
 
-def neighbourhood_drift(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY,
+def neighborhood_drift(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY,
                         runtime: str = DEFAULT_RUNTIME) -> Drift:
     """Replay one run (the choices are the reference's) and count e* disagreements."""
     pol, rt = get_policy(policy), get_runtime(runtime)

@@ -95,7 +95,6 @@ class Engine:
         nt, ns = program.n_tensors, program.n_storages
         self.t_storage = program.tensor_storage.tolist()
         self.t_op = program.tensor_op.tolist()
-        self.t_alias = program.tensor_alias_arg.tolist()
         self.op_cost = program.op_cost_ns.tolist()
         self.op_start = program.op_out_start.tolist()
         self.op_nout = program.op_n_out.tolist()
@@ -375,7 +374,7 @@ class Engine:
         self.ops_created += 1
         return outs
 
-    def _compute(self, t: int, remat: bool) -> None:
+    def _compute(self, t: int, remat: bool) -> list[int]:
         op = self.t_op[t]
         start, n = self.op_start[op], self.op_nout[op]
         sibs = [u for u in range(start, start + n) if u != t]
