@@ -18,7 +18,7 @@ from .coercion import plain_coercions
 from .errors import DtrlabError, UsageError
 from .sim.policies import DEFAULT_POLICY
 from .sim.runtimes import DEFAULT_RUNTIME
-from .options import SOURCE_ARG, TRACES_OPT
+from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from .output import clean, console, print_json
 from .trace import resolve_source
 from .trace.fetch import DEFAULT_NAME, SHA256, URL
@@ -206,7 +206,8 @@ def simulate(
                                           help="Budget as a fraction of the unconstrained peak memory."),
     budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B",
                                                help="Budget in bytes."),
-    policy: str = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="Eviction policy (see `dtrlab policies`)."),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime",
                                 help="eager-optimized, optimized, eager, lazy, banishing (or the reference's class name)."),
     overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
@@ -220,6 +221,7 @@ def simulate(
     """Run DTR on one trace under one memory budget and report what it cost."""
     source = resolve_source(source, traces)
     from .sim.policies import get_policy
+    from .sim.policyfile import policy_given
     from .sim.runtimes import get_runtime
     from .sim.simulate import budget_of, check_budget_args, check_compatible
     from .sim.simulate import simulate as run_simulation
@@ -228,6 +230,7 @@ def simulate(
 
     check_budget_args(ratio, budget_bytes)
     # Check names before reading the trace: a typo should not wait for a large file.
+    policy = policy_given(policy, policies_file)
     check_compatible(get_policy(policy), get_runtime(runtime))
     program = load_one(source, trace, cache=not no_cache, strict=strict)
     budget = budget_of(program, ratio, budget_bytes)

@@ -148,7 +148,7 @@ def test_a_registered_formula_sweeps_under_its_text_and_a_function_is_refused(tm
         assert results_row(tmp_path / "r.duckdb", s.key)["clock_ns"] == \
             simulate(program, s.budget_bytes, "test-sweep-formula").clock_ns
     functions = build_specs(str(TRACES), [program], ["test-sweep-function"], ["eager-optimized"], [0.2])
-    with pytest.raises(UsageError, match="is a Python function, which a sweep's worker processes cannot see"):
+    with pytest.raises(UsageError, match="is a Python function registered in this process, which a sweep's worker processes cannot see"):
         run_sweep(functions, tmp_path / "f.duckdb", workers=1, progress=False)
     assert not (tmp_path / "f.duckdb").exists()
 

@@ -6,12 +6,12 @@ A thin typer layer: each command parses, calls the analysis functions and prints
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import typer
 
 from ..errors import UsageError
-from ..options import SOURCE_ARG, TRACES_OPT
+from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from ..output import console as _console
 from ..output import print_json
 from ..sim.policies import DEFAULT_POLICY
@@ -26,7 +26,7 @@ TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds se
 
 # The arguments and options every diagnostics command takes, declared once.
 TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
-POLICY_OPT = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="Eviction policy.")
+POLICY_OPT = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + ".")
 RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help="Runtime.")
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")
 RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak.")
@@ -40,6 +40,12 @@ def _progress() -> Progress:
     err = _console(stderr=True)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=err, transient=True, disable=not err.is_terminal)
+
+
+def _policy(policy: Optional[str], policies_file: Optional[str]) -> str:
+    from ..sim.policyfile import policy_given
+
+    return policy_given(policy, policies_file)
 
 
 def _load(source: str, trace: Optional[str], policy: str, runtime: str):
@@ -72,7 +78,8 @@ def scan_cmd(
     trace: Optional[str] = TRACE_OPT,
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC",
                                help='Budget ratios: "START:STOP:STEP" (inclusive) or a comma list.'),
-    policy: str = POLICY_OPT,
+    policy: Optional[str] = POLICY_OPT,
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(2.0, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
@@ -86,6 +93,7 @@ def scan_cmd(
 ) -> None:
     """Simulate each ratio (through the results store), then report regime switches and inversions."""
     source = resolve_source(source, traces)
+    policy = _policy(policy, policies_file)
     from rich.table import Table
     from .feasibility import inversions, overhead_inversions
     from .regimes import regimes, switches
@@ -141,12 +149,14 @@ def explain_oom_cmd(
     trace: Optional[str] = TRACE_OPT,
     ratio: Optional[float] = RATIO_OPT,
     budget_bytes: Optional[int] = BYTES_OPT,
-    policy: str = POLICY_OPT,
+    policy: Optional[str] = POLICY_OPT,
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Why a run runs out of memory: the pending stack and what holds each resident byte."""
     source = resolve_source(source, traces)
+    policy = _policy(policy, policies_file)
     from ..sim.simulate import budget_of, check_budget_args
     from .oom import explain_oom, format_oom
 
@@ -214,13 +224,15 @@ def compare_cmd(
     traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
-    policy: str = POLICY_OPT,
+    policy: Optional[str] = POLICY_OPT,
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     top: int = typer.Option(10, "--top", metavar="N", help="How many re-evicted storages to list."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Compare two budgets' runs storage by storage: evictions, re-evictions, extra recompute."""
     source = resolve_source(source, traces)
+    policy = _policy(policy, policies_file)
     from rich.table import Table
     from .churn import compare_runs
 
@@ -260,12 +272,14 @@ def diverge_cmd(
     traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
-    policy: str = POLICY_OPT,
+    policy: Optional[str] = POLICY_OPT,
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """The first policy eviction where two budgets' runs differ, and both candidates' score terms."""
     source = resolve_source(source, traces)
+    policy = _policy(policy, policies_file)
     from rich.table import Table
     from .divergence import diverge
 
@@ -300,13 +314,15 @@ def bisect_cmd(
     traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
     between: Tuple[str, str] = typer.Option(..., "--between", metavar="A B", help=BETWEEN_HELP),
-    policy: str = POLICY_OPT,
+    policy: Optional[str] = POLICY_OPT,
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     max_runs: int = typer.Option(2000, "--max-runs", metavar="N", help="Stop refining after N simulations."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Bisect on bytes between two budgets whose outcome or regime differ, to boundaries 1 byte apart."""
     source = resolve_source(source, traces)
+    policy = _policy(policy, policies_file)
     from rich.table import Table
     from .bisect import bisect_budgets
 
@@ -344,22 +360,27 @@ def ablate_cmd(
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC", help='"START:STOP:STEP" or a comma list.'),
     runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(2.0, "--factor", metavar="F", help="Switch factor."),
+    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
+                                               help=POLICY_HELP + " Repeatable: rows after the ablations."),
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
-    """Every ablation policy (ab-*) over the ratios: which show switches or inversions."""
+    """Every ablation policy (ab-*) over the ratios, then any --policy: which show switches or inversions."""
     source = resolve_source(source, traces)
     from rich.table import Table
     from ..sim.policies import ablation_policies
+    from ..sim.policyfile import policies_given
     from .ablation import ablate
+
+    names = list(dict.fromkeys([p.name for p in ablation_policies()] + policies_given(policy, policies_file, ())))
 
     if not factor > 1:
         raise UsageError(f"--factor must exceed 1, got {factor}")
     grid = _ratios(ratios)
     program = _load(source, trace, DEFAULT_POLICY, runtime)
-    n = len(ablation_policies())
     with _progress() as bar:
-        task = bar.add_task(f"{program.name} ablations", total=n * len(grid))
-        rows = ablate(program, grid, runtime, factor, advance=lambda: bar.advance(task))
+        task = bar.add_task(f"{program.name} ablations", total=len(names) * len(grid))
+        rows = ablate(program, grid, runtime, factor, names, advance=lambda: bar.advance(task))
     if as_json:
         print_json([r.to_dict() for r in rows])
         return

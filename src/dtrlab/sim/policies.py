@@ -6,7 +6,9 @@ Every built-in is a formula of the score language (formula.py), defined once her
 
 from __future__ import annotations
 
+import importlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -198,12 +200,51 @@ _register_builtins()
 DEFAULT_POLICY = "dtr"
 
 
+def is_reserved(name: str) -> bool:
+    """Whether `name` is a built-in policy's name or reference name (a user's policy may not take it)."""
+    key = name.strip().lower()
+    return key in _ALIASES or (key in POLICIES and POLICIES[key].builtin)
+
+
+# `package.module:function`: a Python function any process can import by that name.
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+
+
+def is_import_path(text: str) -> bool:
+    return not fm.is_formula_text(text) and bool(_IMPORT_PATH.match(text.strip()))
+
+
+def import_policy(path: str) -> Policy:
+    """The policy `module:function` names: a score function of StorageFeatures (its `needs`
+    attribute, if any, names the upkeep it reads), or a Policy. Named by the path, so that a
+    worker process rebuilds it by importing the module (it must be on the worker's sys.path)."""
+    module_name, attr = path.strip().split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"policy {path!r}: cannot import {module_name!r} ({exc}); "
+                         "is its folder on PYTHONPATH?") from None
+    fn = getattr(module, attr, None)
+    if isinstance(fn, Policy):
+        return fn
+    if not callable(fn):
+        raise UsageError(f"policy {path!r}: {module_name} has no function {attr!r}")
+    needs = frozenset(getattr(fn, "needs", ()))
+    unknown = needs - set(fm.NEEDS)
+    if unknown:
+        raise UsageError(f"policy {path!r} needs unknown features {sorted(unknown)} (known: {', '.join(fm.NEEDS)})")
+    return Policy(path.strip(), fn, needs, description=(fn.__doc__ or "").strip().split("\n")[0])
+
+
 def get_policy(name: str | Policy) -> Policy:
-    """A policy by name or reference name, or an inline formula (`score: ...`)."""
+    """A policy by name or reference name, an inline formula (`score: ...`), or a Python
+    function by its import path (`module:function`)."""
     if isinstance(name, Policy):
         return name
     if fm.is_formula_text(name):
         return formula_policy(name)
+    if is_import_path(name):
+        return import_policy(name)
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     policy = POLICIES.get(key)

@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import UsageError
-from ..options import SOURCE_ARG, TRACES_OPT
+from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from ..output import console
 from ..sim.policies import DEFAULT_POLICY
 from ..sim.runtimes import DEFAULT_RUNTIME
@@ -49,7 +49,8 @@ def sweep(
     budget_bytes: Optional[str] = typer.Option(None, "--budget-bytes", "-b", metavar="LIST",
                                                help="Budgets in bytes: a list and/or ranges START:STOP:STEP."),
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
-                                               help="Eviction policy (repeatable; default dtr)."),
+                                               help=POLICY_HELP + " Repeatable; default: " + DEFAULT_POLICY + "."),
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: Optional[List[str]] = typer.Option(None, "--runtime", metavar="R",
                                                 help="Runtime (repeatable; default eager-optimized)."),
     store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
@@ -83,7 +84,7 @@ def sweep(
     Run it again to resume: what the store has is skipped.
     """
     source = resolve_source(source, traces)
-    from ..sim.policies import get_policy
+    from ..sim.policyfile import policies_given
     from ..sim.runtimes import get_runtime
     from ..trace import load
     from .executors import get_executor
@@ -96,10 +97,8 @@ def sweep(
     # Check everything cheap before reading traces: a typo should not wait for a large file.
     ratio_values = parse_ratios(ratios) if ratios is not None else ()
     byte_values = parse_budget_bytes(budget_bytes) if budget_bytes is not None else ()
-    policies = list(policy) if policy else [DEFAULT_POLICY]
+    policies = policies_given(policy, policies_file)
     runtimes = list(runtime) if runtime else [DEFAULT_RUNTIME]
-    for p in policies:
-        get_policy(p)
     for r in runtimes:
         get_runtime(r)
     if refine < 0:

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from ..errors import UsageError
 from ..output import console
-from ..sim.policies import get_policy
+from ..sim.policies import get_policy, is_import_path
 from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT
 from ..sim.simulate import budget_from_ratio
 from ..trace.lower import Program
@@ -177,10 +177,11 @@ def _check_rebuildable(specs: Sequence[RunSpec]) -> None:
     """Workers are other processes: a policy that is a Python function registered here is unknown
     there (and its rows could not be told from another function's under the same name)."""
     for name in dict.fromkeys(s.policy for s in specs):
-        if get_policy(name).formula is None:
-            raise UsageError(f"policy {name!r} is a Python function, which a sweep's worker processes "
-                             "cannot see: write it as a formula (--policy 'score: ...', see docs/policies.md) "
-                             "or run it in this process with dtrlab.sim.simulate.simulate")
+        if get_policy(name).formula is None and not is_import_path(name):
+            raise UsageError(f"policy {name!r} is a Python function registered in this process, which a "
+                             "sweep's worker processes cannot see: write it as a formula (--policy "
+                             "'score: ...', see docs/policies.md) or name it by its import path "
+                             "(--policy module:function, the module on PYTHONPATH)")
 
 
 def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, executor=DEFAULT_EXECUTOR,
