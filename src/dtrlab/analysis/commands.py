@@ -396,6 +396,90 @@ def ablate_cmd(
     _console().print(t)
 
 
+# --- rank ---------------------------------------------------------------------------------------
+
+
+def rank_cmd(
+    source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
+    trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
+                                              help="Only traces whose name starts with NAME (repeatable; default: all)."),
+    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
+                                               help=POLICY_HELP + " Repeatable; default: the DTR paper's seven."),
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
+    ratios: str = typer.Option(None, "--ratios", "-r", metavar="SPEC",
+                               help="The grid the mean overhead is taken over (default: the paper's 0.1:1.0:0.1)."),
+    fine: Optional[str] = typer.Option(None, "--fine", metavar="SPEC",
+                                       help="Fine-scan ratios added to the stability figures, e.g. 0.090:0.120:0.001 "
+                                            "(default: none, the grid alone)."),
+    runtime: str = RUNTIME_OPT,
+    factor: float = typer.Option(2.0, "--factor", metavar="F",
+                                 help="A switch: neighbouring feasible overheads differing by more than F."),
+    store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
+                              help="Results store: runs already there are not simulated again."),
+    executor: str = typer.Option("local", "--executor", "-e", metavar="NAME",
+                                 help="local: worker processes here; dask: a Dask cluster."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDR",
+                                            help="Dask scheduler address (default: a local cluster)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", metavar="N",
+                                          help="Worker processes (default: one a core)."),
+    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
+                                                   help="Stop a run once its overhead passes X (outcome remat_limit, "
+                                                        "infeasible)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", help="Per-run time limit in seconds."),
+    plot: Optional[str] = typer.Option(None, "--plot", metavar="OUT.png", help="Write the overhead curves here."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """A leaderboard: each policy's mean overhead over a grid, smallest feasible ratio, and stability."""
+    source = resolve_source(source, traces)
+    from rich.table import Table
+    from ..report.plan import COARSE_RATIOS, PAPER_POLICIES
+    from ..sim.policyfile import policies_given
+    from ..trace import load
+    from .rank import ALL_TRACES, figure, leaderboard, rank_runs, save_figure
+
+    if not factor > 1:
+        raise UsageError(f"--factor must exceed 1, got {factor}")
+    if executor not in ("local", "dask"):
+        raise UsageError(f"--executor is local or dask, got {executor!r}")
+    if executor == "local" and scheduler is not None:
+        raise UsageError("--scheduler is for --executor dask")
+    grid = _ratios(ratios or COARSE_RATIOS)
+    fine_ratios = _ratios(fine) if fine else ()
+    names = policies_given(policy, policies_file, PAPER_POLICIES)
+    programs = load(source, list(trace) if trace else None)
+    frame, shown, summary = rank_runs(source, programs, names, grid, fine_ratios, store=store, executor=executor,
+                                      workers=workers, scheduler=scheduler, runtime=runtime,
+                                      overhead_limit=overhead_limit, timeout_s=timeout, progress=not as_json)
+    if summary.interrupted:
+        from ..sweep.run import interrupted_exit_status, interrupted_message
+
+        typer.echo(interrupted_message(summary), err=True)
+        raise typer.Exit(interrupted_exit_status(summary.stop_signal))
+    rows = leaderboard(frame, grid, shown, factor)
+    if plot:
+        typer.echo(f"figure: {save_figure(figure(frame, shown), plot)}", err=True)
+    if as_json:
+        print_json({"grid": list(grid), "fine": list(fine_ratios), "runtime": runtime, "factor": factor,
+                    "overhead_limit": overhead_limit, "runs_new": summary.ran, "runs_stored": summary.skipped,
+                    "rows": [r.to_dict() for r in rows]})
+        return
+    table = Table(title=f"policies ranked over {len(programs)} traces: grid {ratios or COARSE_RATIOS}"
+                        + (f", fine {fine}" if fine else "") + f" ({summary.ran} runs new, {summary.skipped} stored)",
+                  title_justify="left")
+    for col in ("policy", "trace", "feasible", "mean overhead", "smallest feasible", "budgets",
+                f"switches > {factor:g}x", "largest factor", "inversions"):
+        table.add_column(col, justify="left" if col in ("policy", "trace") else "right",
+                         no_wrap=col in ("policy", "trace"))
+    for r in rows:
+        style = "bold" if r.trace == ALL_TRACES else None
+        table.add_row(r.policy, r.trace, f"{r.grid_feasible}/{r.grid_runs}", _fmt(r.mean_overhead),
+                      "-" if r.min_feasible_ratio is None else f"{r.min_feasible_ratio:g}", str(r.budgets),
+                      str(r.switches), _fmt(r.max_neighbour_factor, 3), str(r.inversions), style=style,
+                      end_section=r.trace == ALL_TRACES)
+    _console().print(table)
+
+
 def register(app: typer.Typer) -> None:
     app.command("scan")(scan_cmd)
     app.command("explain-oom")(explain_oom_cmd)
@@ -404,3 +488,4 @@ def register(app: typer.Typer) -> None:
     app.command("bisect")(bisect_cmd)
     app.command("ablate")(ablate_cmd)
     app.command("estar-drift")(estar_drift_cmd)
+    app.command("rank")(rank_cmd)
