@@ -216,7 +216,7 @@ def is_import_path(text: str) -> bool:
 
 def import_policy(path: str) -> Policy:
     """The policy `module:function` names: a score function of StorageFeatures (its `needs`
-    attribute, if any, names the upkeep it reads), or a Policy. Named by the path, so that a
+    attribute, if any, names the upkeep it reads). Named by the path, so that a
     worker process rebuilds it by importing the module (it must be on the worker's sys.path)."""
     module_name, attr = path.strip().split(":")
     try:
@@ -225,8 +225,6 @@ def import_policy(path: str) -> Policy:
         raise UsageError(f"policy {path!r}: cannot import {module_name!r} ({exc}); "
                          "is its folder on PYTHONPATH?") from None
     fn = getattr(module, attr, None)
-    if isinstance(fn, Policy):
-        return fn
     if not callable(fn):
         raise UsageError(f"policy {path!r}: {module_name} has no function {attr!r}")
     needs = frozenset(getattr(fn, "needs", ()))
