@@ -17,6 +17,7 @@ from ..output import print_json
 from ..sim.policies import DEFAULT_POLICY
 from ..sim.runtimes import DEFAULT_RUNTIME
 from ..sweep import DEFAULT_STORE
+from ..sweep.commands import ExecutorName
 from ..trace import resolve_source
 
 if TYPE_CHECKING:
@@ -417,8 +418,8 @@ def rank_cmd(
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
     store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
                               help="Results store: runs already there are not simulated again."),
-    executor: str = typer.Option("local", "--executor", "-e", metavar="NAME",
-                                 help="local: worker processes here; dask: a Dask cluster."),
+    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", "-e",
+                                          help="local: worker processes here; dask: a Dask cluster."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDR",
                                             help="Dask scheduler address (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", metavar="N",
@@ -440,15 +441,13 @@ def rank_cmd(
 
     if not factor > 1:
         raise UsageError(f"--factor must exceed 1, got {factor}")
-    if executor not in ("local", "dask"):
-        raise UsageError(f"--executor is local or dask, got {executor!r}")
-    if executor == "local" and scheduler is not None:
+    if executor is ExecutorName.local and scheduler is not None:
         raise UsageError("--scheduler is for --executor dask")
     grid = _ratios(ratios or COARSE_RATIOS)
     fine_ratios = _ratios(fine) if fine else ()
     names = policies_given(policy, policies_file, PAPER_POLICIES)
     programs = load(source, list(trace) if trace else None)
-    frame, shown, summary = rank_runs(source, programs, names, grid, fine_ratios, store=store, executor=executor,
+    frame, shown, summary = rank_runs(source, programs, names, grid, fine_ratios, store=store, executor=executor.value,
                                       workers=workers, scheduler=scheduler, runtime=runtime,
                                       overhead_limit=overhead_limit, timeout_s=timeout, progress=not as_json)
     if summary.interrupted:
