@@ -14,12 +14,10 @@ from ..analysis.feasibility import Inversion, inversions
 from ..analysis.regimes import Regime, Switch, regimes, switches
 from ..analysis.runs import Run
 from ..analysis.runs import runs_of as store_runs
+from .plan import fine_neighbours
 
 # The first screen lists this many switches (the largest) and inversions (the first) of a trace.
 MAX_LISTED = 5
-
-# Two ratios this close are neighbours on the fine grid (0.001 steps; floats of decimal literals).
-FINE_NEIGHBOURS = 0.001 + 1e-9
 
 
 @dataclass(frozen=True)
@@ -44,9 +42,9 @@ class Curve:
         return inversions(self.runs)
 
     def fine_switches(self) -> list[Switch]:
-        """Switches between budgets at most 0.1 % of the peak apart (a fine-grid step)."""
+        """Switches between neighbouring fine budgets (at most plan.FINE_STEP apart)."""
         return [s for s in self.switches if s.lo.ratio is not None and s.hi.ratio is not None
-                and s.hi.ratio - s.lo.ratio <= FINE_NEIGHBOURS]
+                and fine_neighbours(s.lo.ratio, s.hi.ratio)]
 
     def restricted(self, ratios) -> "Curve":
         wanted = {float(r) for r in ratios}

@@ -30,13 +30,13 @@ from ..sim.policies import ablation_policies
 from ..sim.result import OOM
 from ..sim.simulate import baseline, simulate
 from ..sweep.grid import RunSpec, build_specs, ratio_literal
-from ..sweep.run import refine_specs, run_sweep
+from ..sweep.run import SweepSummary, refine_rounds, run_sweep
 from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, curves, largest_switch, runs_of
 from .memo import memo
-from .plan import FULL, QUICK, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+from .plan import FINE_STEP, FULL, QUICK, REFINE_POINTS, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -135,8 +135,8 @@ def trace_source(source: str | None) -> Iterator[tuple[str, str]]:
 
 
 def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float, ...]:
-    """Fine-grid ratios (0.001 steps) from lo - half to hi + half, as exact decimal literals."""
-    step, half = Decimal("0.001"), Decimal(half_width)
+    """Fine-grid ratios (FINE_STEP apart) from lo - half to hi + half, as exact decimal literals."""
+    step, half = FINE_STEP, Decimal(half_width)
     lo = (ratio_literal(center_lo) - half).quantize(step)
     hi = (ratio_literal(center_hi) + half).quantize(step)
     lo = max(lo, step)
@@ -147,42 +147,54 @@ def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float,
     return tuple(out)
 
 
-class _Stages:
-    """Rich output of the job: a numbered line per stage and the time each took."""
+# The job's stages, in order; the progress line numbers each "k/n" with n the length of this list.
+STAGES = ("reading traces", "coarse curves", "fine scans around every switch and failure",
+          "churn and first divergence of the focus", "ablation table (16 ab-* policies)",
+          "explaining every inversion's out-of-memory", "churn of every neighbouring fine switch",
+          "claims of the study", "figures, report.html, summary.md, results.parquet")
 
-    def __init__(self, console: Console, total: int) -> None:
-        self.console, self.total, self.k = console, total, 0
+
+class _Stages:
+    """Rich output of the job: a numbered line per stage (of STAGES) and the time each took."""
+
+    def __init__(self, console: Console, names: tuple[str, ...] = STAGES) -> None:
+        self.console, self.names = console, names
         self.timings: dict[str, float] = {}
 
     @contextlib.contextmanager
-    def stage(self, name: str):
-        self.k += 1
-        self.console.rule(f"[bold]{self.k}/{self.total}[/bold] {name}", align="left")
+    def stage(self, name: str, detail: str = ""):
+        k = self.names.index(name) + 1  # a name not in the list is a bug: ValueError
+        self.console.rule(f"[bold]{k}/{len(self.names)}[/bold] {name}{detail}", align="left")
         t0 = time.perf_counter()
         yield  # the sweeps inside draw their own progress bars (rich allows one live display)
         self.timings[name] = time.perf_counter() - t0
         self.console.print(f"  done in {self.timings[name]:.1f} s", style="dim")
 
 
+def _sweep_summary(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None,
+                   progress: bool) -> SweepSummary:
+    return run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False)
+
+
 def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, progress: bool) -> int:
     """Run the specs the store lacks; the number simulated now."""
-    if not specs:
-        return 0
-    return run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False).ran
+    return _sweep_summary(specs, store, plan, workers, progress).ran if specs else 0
 
 
 def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
-              workers: int | None = None, console: Console | None = None, progress: bool = True) -> Reproduction:
-    """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir."""
+              workers: int | None = None, console: Console | None = None, progress: bool = True,
+              plan: Plan | None = None) -> Reproduction:
+    """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir;
+    `plan` (default: the quick or the full plan) says what is run."""
     from .write import write_run_record
 
-    plan = QUICK if quick else FULL
+    plan = plan or (QUICK if quick else FULL)
     console = console or _console(stderr=True)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a folder")
     t_start = time.perf_counter()
-    stages = _Stages(console, 9)
+    stages = _Stages(console)
     with trace_source(source) as (path, label):
         with stages.stage("reading traces"):
             programs = plan.choose(load(path))  # a bad trace fails here, before the folder is made
@@ -214,19 +226,16 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     store = Store(out / STORE_NAME)
     try:
         limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
-        with stages.stage(f"coarse curves: {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
+        with stages.stage("coarse curves", f": {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
             specs = build_specs(path, programs, plan.policies, [RUNTIME], plan.coarse(), **limit)
             new_runs += _sweep(specs, store, plan, workers, progress)
-        with stages.stage("fine scans around every switch and failure (0.001 steps)"):
+        with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):
             refinable = [s for s in specs if s.policy in plan.refine_policies
                          and s.trace_sha256 not in plan.refine_skip]
-            for _ in range(plan.refine_rounds):
-                new = refine_specs(refinable, store, by_sha, 9, SWITCH_FACTOR)
-                if not new:
-                    break
-                new_runs += _sweep(new, store, plan, workers, progress)
-                refinable += new
-                specs += new
+            refined = refine_rounds(refinable, store, by_sha, REFINE_POINTS, SWITCH_FACTOR, plan.refine_rounds,
+                                    lambda _, new: _sweep_summary(new, store, plan, workers, progress))
+            new_runs += refined.ran
+            specs += refined.specs[len(refinable):]
             for program in programs:
                 window = plan.window(program)
                 if window:
@@ -238,7 +247,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
 
         focus_switch = largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only)
         focus = None
-        with stages.stage("churn and first divergence of the largest switch"):
+        with stages.stage("churn and first divergence of the focus"):
             if focus_switch is not None:
                 focus = _focus(out, by_name[focus_switch[0]], focus_switch[1])
         ablation = None

@@ -7,8 +7,9 @@ here simulates. A plan looks at what a trace is (its content hash, its operators
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
-from ..sweep.grid import parse_ratios
+from ..sweep.grid import parse_ratios, ratio_literal
 from ..trace.lower import Program
 from .study import STUDY_TRACES
 
@@ -24,7 +25,17 @@ SWITCH_FACTOR = 2.0
 # Runs recomputing more than (cap - 1) x the baseline are stopped as remat_limit: some baselines
 # (lru, size on the LSTM) thrash for minutes per budget otherwise. The study's overheads are far below.
 OVERHEAD_CAP = 20.0
-FINE_STEP = "0.001"
+# Each round of refinement puts this many ratios between two neighbours: 0.1 -> 0.01 -> 0.001 (FINE_STEP).
+REFINE_POINTS = 9
+# The fine grid's step: 0.1 % of the unconstrained peak, the spacing at which the study states its
+# claims ("budgets 0.10% of peak memory apart"). Two budgets at most this far apart are neighbouring
+# fine budgets; compared as decimal literals, so 0.265 and 0.266 are neighbours without a tolerance.
+FINE_STEP = Decimal("0.001")
+
+
+def fine_neighbours(lo_ratio: float, hi_ratio: float) -> bool:
+    """Whether two ratios (lo first) are neighbouring fine budgets: at most FINE_STEP apart."""
+    return ratio_literal(hi_ratio) - ratio_literal(lo_ratio) <= FINE_STEP
 
 
 @dataclass(frozen=True)
