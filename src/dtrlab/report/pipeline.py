@@ -34,9 +34,10 @@ from ..sweep.run import SweepSummary, refine_rounds, run_sweep
 from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
-from .findings import Curve, curves, largest_switch, runs_of
+from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
 from .memo import memo
 from .plan import FINE_STEP, FULL, QUICK, REFINE_POINTS, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+from .study import STUDY_TRACES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -113,6 +114,7 @@ class Reproduction:
     ooms: tuple[OomCase, ...]
     skipped_ooms: tuple[str, ...]  # why some infeasible budgets were not explained
     pairs: tuple[PairChurn, ...] = ()  # churn of every neighbouring fine switch of the study's traces
+    study_pair: StudyPair | None = None  # the study's LSTM pairs (a1-a3, c), when the study's LSTM is here
     claims: tuple = ()
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     new_runs: int = 0  # simulated by this call; the rest were in the store
@@ -227,7 +229,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     try:
         limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
         with stages.stage("coarse curves", f": {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
-            specs = build_specs(path, programs, plan.policies, [RUNTIME], plan.coarse(), **limit)
+            coarse = plan.coarse()  # none in a plan of fine windows only
+            specs = build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit) if coarse else []
             new_runs += _sweep(specs, store, plan, workers, progress)
         with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):
             refinable = [s for s in specs if s.policy in plan.refine_policies
@@ -245,7 +248,12 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         frame = store.rows(s.key for s in specs)
         found = curves(frame, SWITCH_FACTOR)
 
-        focus_switch = largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only)
+        lstm = next((p.name for p in programs if p.sha256 == STUDY_TRACES["lstm"]), None)
+        pair = study_pair(found, lstm, SUBJECT_POLICY) if lstm is not None else None
+        # The study's pair is the focus (churn, divergence, ablation) when there is one: the claims'
+        # figures and the report's close look are then of the same two runs.
+        focus_switch = ((pair.trace, pair.largest) if pair is not None
+                        else largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only))
         focus = None
         with stages.stage("churn and first divergence of the focus"):
             if focus_switch is not None:
@@ -267,12 +275,12 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         with stages.stage("explaining every inversion's out-of-memory"):
             ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
         with stages.stage("churn of every neighbouring fine switch"):
-            pairs = _pair_churn(out, found, by_name, plan)
+            pairs = _pair_churn(out, found, by_name, plan, pair)
     finally:
         store.close()
 
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
-                         new_runs=new_runs, peaks=peaks)
+                         study_pair=pair, new_runs=new_runs, peaks=peaks)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):
@@ -309,14 +317,17 @@ def _ablation(trace: str, ratios: tuple[float, ...], frame: pd.DataFrame) -> Abl
     return Ablation(trace, ratios, tuple(rows), per_policy)
 
 
-def _pair_churn(out: Path, found: dict, by_name: dict, plan: Plan) -> tuple[PairChurn, ...]:
+def _pair_churn(out: Path, found: dict, by_name: dict, plan: Plan, pair: StudyPair | None) -> tuple[PairChurn, ...]:
     """Every fine switch of the subject policy, with all-eviction churn figures (compiled runs
-    with per-storage counts, kept in the report folder), at most plan.max_pairs of them."""
+    with per-storage counts, kept in the report folder), at most plan.max_pairs of them, the
+    study's pair always among them."""
     survey = []
     for (trace, policy), curve in sorted(found.items()):
         if policy == SUBJECT_POLICY:
             survey += [(trace, s) for s in curve.fine_switches()]
-    survey = sorted(survey, key=lambda ts: -ts[1].factor)[:plan.max_pairs]
+    first = [(pair.trace, s) for s in pair.switches] if pair is not None else []
+    survey = first + [ts for ts in sorted(survey, key=lambda ts: -ts[1].factor) if ts not in first]
+    survey = survey[:max(plan.max_pairs, len(first))]
 
     def evicted(program: Program, budget_bytes: int) -> np.ndarray:
         key = {"trace": program.sha256, "budget": budget_bytes, "policy": SUBJECT_POLICY}

@@ -65,9 +65,11 @@ class Plan:
     # of ablations can be hundreds of runs (quick runs have fine scans on the study's resnet32 only).
     focus_fine_only: bool = False
     overhead_cap: float = OVERHEAD_CAP
+    # Only these traces (sha256s; empty: every trace the source has, cut by max_total_operators).
+    traces: tuple[str, ...] = ()
 
     def coarse(self) -> tuple[float, ...]:
-        return parse_ratios(self.coarse_ratios)
+        return parse_ratios(self.coarse_ratios) if self.coarse_ratios else ()
 
     def window(self, program: Program) -> tuple[float, ...]:
         spec = self.windows.get(program.sha256)
@@ -75,6 +77,8 @@ class Plan:
 
     def choose(self, programs: list[Program]) -> list[Program]:
         """The traces this plan studies, in the source's order."""
+        if self.traces:
+            programs = [p for p in programs if p.sha256 in self.traces]
         if self.max_total_operators is None or not programs:
             return list(programs)
         by_size = sorted(range(len(programs)), key=lambda k: (programs[k].n_ops, k))
@@ -117,4 +121,22 @@ QUICK = Plan(
     timeout_s=20.0,
     max_oom_explanations=6,
     max_pairs=6,
+)
+
+# The claims alone, on the study's two traces: what (a1)-(a3), (b1), (b2) and (c) read and nothing
+# else. The LSTM's fine window holds the study's fast run (0.265 on the public LSTM), its slow
+# neighbours on both sides and theirs; ResNet-32's holds the inversion; the ablation looks one step either side
+# of the pair. No coarse curves, no other policy: a CI test runs it on the public traces in well under a minute.
+CLAIMS = Plan(
+    name="claims",
+    policies=(SUBJECT_POLICY,),
+    coarse_ratios="",
+    traces=(STUDY_TRACES["lstm"], STUDY_TRACES["resnet32"]),
+    windows={STUDY_TRACES["lstm"]: "0.263:0.268:0.001", STUDY_TRACES["resnet32"]: "0.100:0.108:0.001"},
+    refine_rounds=0,
+    refine_policies=(),
+    ablation_half_width="0.001",
+    focus_fine_only=True,
+    timeout_s=60.0,
+    max_pairs=2,  # the study's pairs: the fast run and its slow neighbour on each side
 )
