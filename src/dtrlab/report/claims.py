@@ -63,7 +63,8 @@ def _lstm(repro) -> list[Claim]:
     churn = {(p.trace, p.switch): p for p in repro.pairs}
     pcs = [churn[(sp.trace, s)] for s in sp.switches if (sp.trace, s) in churn] if sp is not None else []
     if not pcs:
-        none = "no switch between neighbouring fine budgets measured"
+        none = ("the study's pairs are chosen on the study's LSTM only" if why else
+                "no switch between neighbouring fine budgets measured")
         return [Claim(key, "lstm", st, none, why or DIFFERS, DEMONSTRATED, {})
                 for key, st in zip(("a1", "a2", "a3"), (statement_a1, statement_a2, statement_a3))]
     figures = (  # per claim: the figure of one pair in words, and whether it is the study's
@@ -134,7 +135,9 @@ def _ablation_claim(repro) -> list[Claim]:
     info, why = _study_trace(repro, "lstm")
     ab, sp = repro.ablation, repro.study_pair
     if ab is None or sp is None or ab.trace != sp.trace:
-        return [Claim("c", "lstm", statement, "no ablation around the study's pair", why or DIFFERS, HYPOTHESIS, {})]
+        none = "the ablation looks around the study's pairs, on the study's LSTM only" if why else (
+            "no ablation around the study's pairs")
+        return [Claim("c", "lstm", statement, none, why or DIFFERS, HYPOTHESIS, {})]
     both = [r for r in ab.rows if r.policy.endswith("-size-stale")]
     others = [r for r in ab.rows if not r.policy.endswith("-size-stale")]
     unstable = lambda r: r.switches > 0 or r.inversions > 0  # noqa: E731

@@ -250,8 +250,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
 
         lstm = next((p.name for p in programs if p.sha256 == STUDY_TRACES["lstm"]), None)
         pair = study_pair(found, lstm, SUBJECT_POLICY) if lstm is not None else None
-        # The study's pair is the focus (churn, divergence, ablation) when there is one: the claims'
-        # figures and the report's close look are then of the same two runs.
+        # The study's pairs are the focus (churn, divergence, ablation) when there are any: the claims'
+        # figures and the report's close look are then of the same runs.
         focus_switch = ((pair.trace, pair.largest) if pair is not None
                         else largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only))
         focus = None
@@ -260,7 +260,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                 focus = _focus(out, by_name[focus_switch[0]], focus_switch[1])
         ablation = None
         with stages.stage("ablation table (16 ab-* policies)"):
-            center = _ablation_center(found, focus_switch)
+            center = _ablation_center(found, focus_switch, pair)
             if center is not None:
                 trace, lo, hi = center
                 # Around both ends: a switch or inversion across a coarse gap is no 100-budget window.
@@ -292,8 +292,12 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
 # --- the analyses ---------------------------------------------------------------------------
 
 
-def _ablation_center(found: dict, focus_switch) -> tuple[str, float, float] | None:
-    """Where the ablation looks: the largest switch, else the subject policy's first inversion."""
+def _ablation_center(found: dict, focus_switch, pair: StudyPair | None) -> tuple[str, float, float] | None:
+    """Where the ablation looks: the study's pairs, else the largest switch, else the subject policy's
+    first inversion."""
+    if pair is not None:  # every pair of the study's fast run, both sides
+        ratios = [r.ratio for s in pair.switches for r in (s.lo, s.hi)]
+        return pair.trace, min(ratios), max(ratios)
     if focus_switch is not None:
         t, s = focus_switch
         return t, min(s.lo.ratio, s.hi.ratio), max(s.lo.ratio, s.hi.ratio)
@@ -391,6 +395,7 @@ def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFra
             ooms = [r for r in inv.infeasible if r.outcome == OOM]
             todo += [(trace, policy, k, r) for r in (ooms if policy == SUBJECT_POLICY else ooms[:1])]
     cases, skipped = [], []
+    spent: dict[tuple[str, str, int], int] = {}  # score evaluations replayed per inversion
     for trace, policy, k, run in todo:
         what = f"{trace} {policy} at ratio {run.label}"
         if len(cases) >= plan.max_oom_explanations:
@@ -401,6 +406,12 @@ def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFra
             skipped.append(f"{what}: {n_evals:,} score evaluations, past the plan's "
                            f"{plan.max_explain_score_evals:,} for a replay on the Python engine")
             continue
+        inversion = (trace, policy, k)
+        if inversion in spent and spent[inversion] + n_evals > plan.max_inversion_score_evals:
+            skipped.append(f"{what}: a further OOM of an inversion already explained, past the plan's "
+                           f"{plan.max_inversion_score_evals:,} score evaluations of replays per inversion")
+            continue
+        spent[inversion] = spent.get(inversion, 0) + n_evals
         program = by_name[trace]
         key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": policy, "seed": SEED}
         report, series = memo(out, "oom", key, lambda: _explain(program, run.budget_bytes, policy))
