@@ -173,6 +173,11 @@ class _Stages:
         self.console.print(f"  done in {self.timings[name]:.1f} s", style="dim")
 
 
+def _programs(path: str, plan: Plan) -> list[Program]:
+    """The traces of `path` that the plan studies, lowered (through the cache), in the source's order."""
+    return plan.choose(load(path))
+
+
 def _sweep_summary(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None,
                    progress: bool) -> SweepSummary:
     return run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False)
@@ -199,7 +204,7 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
     stages = _Stages(console)
     with trace_source(source) as (path, label):
         with stages.stage("reading traces"):
-            programs = plan.choose(load(path))  # a bad trace fails here, before the folder is made
+            programs = _programs(path, plan)  # a bad trace fails here, before the folder is made
             peaks = peak_gaps(path, {p.sha256 for p in programs})
         created = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
