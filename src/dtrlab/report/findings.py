@@ -46,10 +46,6 @@ class Curve:
         return [s for s in self.switches if s.lo.ratio is not None and s.hi.ratio is not None
                 and fine_neighbours(s.lo.ratio, s.hi.ratio)]
 
-    def restricted(self, ratios) -> "Curve":
-        wanted = {float(r) for r in ratios}
-        return Curve(self.trace, self.policy, tuple(r for r in self.runs if r.ratio in wanted), self.factor)
-
 
 def runs_of(frame: pd.DataFrame) -> tuple[Run, ...]:
     """Runs from store rows (timeouts left out: they say nothing about the budget)."""
