@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from conftest import golden
 from dtrlab.analysis.churn import compare_runs

@@ -110,6 +110,27 @@ def test_oom_replays_are_bounded_by_score_evaluations(public, tmp_path):
             "for a replay on the Python engine") in skipped
 
 
+@needs_shared
+def test_further_ooms_of_one_inversion_are_bounded_by_their_total(public, tmp_path):
+    # The five OOMs of the public ResNet-32's inversion: replayed in budget order while their
+    # stored score evaluations add up to the plan's per-inversion total; the first always is.
+    frame = public.frame
+    rows = frame[(frame.trace == "resnet32") & (frame.policy == "dtr") & frame.ratio.between(0.1015, 0.1065)]
+    evals = dict(zip(rows.ratio, rows.score_evals.astype(int)))
+    assert sorted(evals) == [0.102, 0.103, 0.104, 0.105, 0.106]
+    total = evals[0.102] + evals[0.103]
+    programs = {p.name: p for p in load(str(TRACES), ["resnet32", "unet", "inceptionv4"])}
+    cases, skipped = _explain_inversions(tmp_path / "a", public.curves, programs, frame,
+                                         replace(public.plan, max_inversion_score_evals=total))
+    assert sorted(c.ratio for c in cases if c.trace == "resnet32" and c.policy == "dtr") == [0.102, 0.103]
+    for r in (0.104, 0.105, 0.106):
+        assert any(line.startswith(f"resnet32 dtr at ratio {r}: a further OOM of an inversion already explained")
+                   for line in skipped), (r, skipped)
+    cases, _ = _explain_inversions(tmp_path / "b", public.curves, programs, frame,
+                                   replace(public.plan, max_inversion_score_evals=0))
+    assert [c.ratio for c in cases if c.trace == "resnet32" and c.policy == "dtr"] == [0.102]
+
+
 def test_shipped_quick(shipped):
     names = {t["name"] for t in shipped.traces}
     assert {"resnet32", "unet", "lstm"} <= names

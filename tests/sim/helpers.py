@@ -37,3 +37,21 @@ def check_row(program, row: dict, engine: str):
     got["outcome"] = "OOM" if result.outcome == "oom" else result.outcome
     assert got == {k: row[k] for k in COLUMNS}
     return result
+
+
+def compatible_cases() -> list[tuple[str, str]]:
+    """Every (policy, runtime) pair the simulator accepts: the cases property tests draw from."""
+    from dtrlab.errors import UsageError
+    from dtrlab.sim.policies import POLICIES, get_policy
+    from dtrlab.sim.runtimes import RUNTIMES
+    from dtrlab.sim.simulate import check_compatible
+
+    cases = []
+    for p in POLICIES:
+        for r in RUNTIMES.values():
+            try:
+                check_compatible(get_policy(p), r)
+            except UsageError:
+                continue
+            cases.append((p, r.name))
+    return cases

@@ -8,24 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import have_compiled
-from dtrlab.sim.policies import POLICIES, get_policy
 from dtrlab.sim.runtimes import RUNTIMES
-from dtrlab.sim.simulate import baseline, budget_from_ratio, check_compatible, simulate
-from dtrlab.errors import UsageError
+from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 from dtrlab.trace.read import Alias, Call, Constant, Copy, CopyFrom, Memory, Mutate, Release
 from dtrlab.trace.synth import synthetic_trace
-from helpers import program_of
+from helpers import compatible_cases, program_of
 
 
-def _compatible(policy, runtime) -> bool:
-    try:
-        check_compatible(get_policy(policy), runtime)
-        return True
-    except UsageError:
-        return False
-
-
-CASES = [(p, r.name) for p in POLICIES for r in RUNTIMES.values() if _compatible(p, r)]
+CASES = compatible_cases()
 cases = st.tuples(st.integers(0, 10_000), st.sampled_from(CASES), st.floats(0.05, 1.1), st.integers(0, 3))
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,29 +7,19 @@ import os
 import subprocess
 import sys
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dtrlab.sim.policies import POLICIES, get_policy
 from dtrlab.sim.runtimes import RUNTIMES
 from conftest import needs_compiled, require_compiled
-from dtrlab.sim.simulate import baseline, budget_from_ratio, check_compatible, simulate
+from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 from dtrlab.errors import UsageError
-from helpers import synthetic_program
+from helpers import compatible_cases, synthetic_program
 
 V2_RUNTIMES = [r for r in RUNTIMES.values() if not r.banishing]
 
 
-def _compatible(policy, runtime):
-    try:
-        check_compatible(get_policy(policy), runtime)
-        return True
-    except UsageError:
-        return False
-
-
-CASES = [(p, r.name) for p in POLICIES for r in RUNTIMES.values() if _compatible(p, r)]
+CASES = compatible_cases()
 
 runs = st.tuples(
     st.integers(0, 10_000),  # program seed

@@ -3,7 +3,6 @@ of traversing afresh, which the pure-Python engine does every time."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -186,3 +186,17 @@ def test_bad_names_and_options_are_usage_errors():
         resnet_specs([0.2], engine="gpu")
     with pytest.raises(UsageError, match="budgets"):
         resnet_specs([])
+
+
+def test_two_formulas_under_one_name_never_share_a_key_nor_two_names_of_one_formula():
+    from dtrlab.sim.policies import POLICIES, register_policy
+
+    try:
+        register_policy("test-one-name", "score: compute / size", replace=True)
+        first = replace(SPEC, policy="test-one-name").key
+        register_policy("test-one-name", "score: compute / (size * staleness)", replace=True)
+        assert replace(SPEC, policy="test-one-name").key != first
+    finally:
+        POLICIES.pop("test-one-name", None)
+    # ab-e-size-stale is DTR's formula under another name: its rows keep their own name.
+    assert replace(SPEC, policy="ab-e-size-stale").key != replace(SPEC, policy="dtr").key

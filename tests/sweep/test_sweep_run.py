@@ -14,7 +14,6 @@ import pytest
 
 from dtrlab.errors import UsageError
 from dtrlab.sim.simulate import budget_from_ratio
-from dtrlab.sweep.grid import Point, refine
 from dtrlab.sweep.run import refine_specs, run_sweep
 from dtrlab.sweep.store import Store, results_dataframe
 from dtrlab.sweep.worker import Worker

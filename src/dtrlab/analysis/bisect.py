@@ -99,7 +99,7 @@ def bisect_budgets(program: Program, lo_bytes: int, hi_bytes: int, policy: str =
             complete = False
             break
         mid = (lo + hi) // 2
-        m = run(mid)
+        run(mid)  # memoised: the halves below read it
         # Keep both halves whose ends differ: a third class in the middle is a change too.
         for x, y in ((lo, mid), (mid, hi)):
             if klass(seen[x]) != klass(seen[y]):

@@ -41,54 +41,51 @@ def _same(value: float, claimed: str) -> bool:
 
 
 def _study_trace(repro, name: str) -> tuple[dict | None, str | None]:
-    """(the trace's info, None) when the study's trace is here; else (None, why not)."""
-    info = next((t for t in repro.traces if t["name"] == name), None)
-    if info is None:
-        return None, f"{NOT_APPLICABLE}: no {name} trace in this run"
-    if info["sha256"] != STUDY_TRACES[name]:
+    """(the trace's info, None) when the study's trace is here, known by its sha256; else (None, why not)."""
+    info = next((t for t in repro.traces if t["sha256"] == STUDY_TRACES[name]), None)
+    if info is not None:
+        return info, None
+    if any(t["name"] == name for t in repro.traces):
         return None, (f"{NOT_APPLICABLE}: this {name} is another trace than the study's "
                       f"(public DTR {name}, sha256 {STUDY_TRACES[name][:12]})")
-    return info, None
-
-
-def _closest(pairs, distance):
-    return min(pairs, key=distance) if pairs else None
-
-
-def _pair_text(pc) -> str:
-    sw = pc.switch
-    return (f"ratios {sw.fast.ratio:g} (overhead {sw.fast.overhead:.3f}) and {sw.slow.ratio:g} "
-            f"(overhead {sw.slow.overhead:.3f}): {sw.factor:.2f}x; evictions per evicted storage "
-            f"{pc.per_storage_fast:.2f} -> {pc.per_storage_slow:.2f}; evicted storages "
-            f"{pc.distinct_fast:,} vs {pc.distinct_slow:,}, Jaccard {pc.jaccard:.3f}")
+    return None, f"{NOT_APPLICABLE}: no {name} trace in this run"
 
 
 def _lstm(repro) -> list[Claim]:
-    """The study quotes figures of particular neighbouring budgets without naming them: look for
-    a fine switch of the LSTM that carries each figure (at the precision it is stated)."""
+    """(a1)-(a3) on one pair, the study's pair (findings.PAIR_RULE), chosen before any claim is looked at."""
     statement_a1 = ("LSTM: budgets 0.10% of peak apart select fast and slow regimes whose overheads "
                     "differ by up to 7.3x")
     statement_a2 = ("LSTM: in the slow regime evictions per evicted storage rise from 1.33 to 8.27 "
                     "(all evictions, policy + eager)")
     statement_a3 = ("LSTM: the set of evicted storages barely changes (5,233 vs 5,236, Jaccard 0.999)")
     info, why = _study_trace(repro, "lstm")
-    pairs = [pc for pc in repro.pairs if pc.trace == "lstm"]
-    largest = max(pairs, key=lambda pc: pc.switch.factor, default=None)
-    beyond = (f"; the largest between neighbouring fine budgets scanned: {largest.switch.factor:.2f}x at "
-              f"{largest.switch.fast.ratio:g}/{largest.switch.slow.ratio:g}") if largest else ""
-    p1 = _closest(pairs, lambda pc: abs(pc.switch.factor - 7.3))
-    p2 = _closest(pairs, lambda pc: abs(pc.per_storage_fast - 1.33) + abs(pc.per_storage_slow - 8.27))
-    p3 = _closest(pairs, lambda pc: abs(pc.distinct_fast - 5233) + abs(pc.distinct_slow - 5236)
-                  + 1000 * abs(pc.jaccard - 0.999))
-    none = "no switch between neighbouring fine budgets measured"
-    measured = [(_pair_text(p) + (beyond if i == 0 else "")) if p else none for i, p in enumerate((p1, p2, p3))]
-    ok1 = p1 is not None and _same(p1.switch.factor, "7.3")
-    ok2 = p2 is not None and _same(p2.per_storage_fast, "1.33") and _same(p2.per_storage_slow, "8.27")
-    ok3 = (p3 is not None and (p3.distinct_fast, p3.distinct_slow) == (5233, 5236) and _same(p3.jaccard, "0.999"))
-    verdicts = [why or (REPRODUCED if ok else DIFFERS) for ok in (ok1, ok2, ok3)]
-    evidence = [p.to_dict() if p else {} for p in (p1, p2, p3)]
-    return [Claim(key, "lstm", st, m, v, DEMONSTRATED, e) for key, st, m, v, e in
-            zip(("a1", "a2", "a3"), (statement_a1, statement_a2, statement_a3), measured, verdicts, evidence)]
+    sp = repro.study_pair
+    churn = {(p.trace, p.switch): p for p in repro.pairs}
+    pcs = [churn[(sp.trace, s)] for s in sp.switches if (sp.trace, s) in churn] if sp is not None else []
+    if not pcs:
+        none = ("the study's pairs are chosen on the study's LSTM only" if why else
+                "no switch between neighbouring fine budgets measured")
+        return [Claim(key, "lstm", st, none, why or DIFFERS, DEMONSTRATED, {})
+                for key, st in zip(("a1", "a2", "a3"), (statement_a1, statement_a2, statement_a3))]
+    figures = (  # per claim: the figure of one pair in words, and whether it is the study's
+        (lambda pc: f"{pc.switch.factor:.2f}x (overhead {pc.switch.fast.overhead:.3f} -> {pc.switch.slow.overhead:.3f})",
+         lambda pc: _same(pc.switch.factor, "7.3")),
+        (lambda pc: f"{pc.per_storage_fast:.2f} -> {pc.per_storage_slow:.2f} evictions per evicted storage",
+         lambda pc: _same(pc.per_storage_fast, "1.33") and _same(pc.per_storage_slow, "8.27")),
+        (lambda pc: f"{pc.distinct_fast:,} vs {pc.distinct_slow:,} evicted storages, Jaccard {pc.jaccard:.3f}",
+         lambda pc: (pc.distinct_fast, pc.distinct_slow) == (5233, 5236) and _same(pc.jaccard, "0.999")),
+    )
+    out = []
+    for key, statement, (words, holds) in zip(("a1", "a2", "a3"), (statement_a1, statement_a2, statement_a3),
+                                              figures):
+        # a1 is "up to": the largest factor, the first pair; a2 and a3 on the pair that shows them, if one does.
+        chosen = pcs[0] if key == "a1" else next((pc for pc in pcs if holds(pc)), pcs[0])
+        measured = "; ".join(f"{words(pc)} on {sp.label(pc.switch)}" for pc in [chosen] + [p for p in pcs if p is not chosen])
+        measured += f" (the pairs: {sp.rule})" if key == "a1" else ""
+        evidence = chosen.to_dict() | {"pair": sp.label(chosen.switch), "pairs": sp.labels, "rule": sp.rule}
+        out.append(Claim(key, "lstm", statement, measured, why or (REPRODUCED if holds(chosen) else DIFFERS),
+                         DEMONSTRATED, evidence))
+    return out
 
 
 def _resnet(repro) -> list[Claim]:
@@ -96,7 +93,8 @@ def _resnet(repro) -> list[Claim]:
     statement_b2 = ("ResNet-32: the OOM comes from a fully pinned recursive rematerialization frontier that "
                     "exceeds the budget after every evictable tensor is gone")
     info, why = _study_trace(repro, "resnet32")
-    curve = repro.curves.get(("resnet32", SUBJECT_POLICY))
+    name = info["name"] if info is not None else "resnet32"
+    curve = repro.curves.get((name, SUBJECT_POLICY))
     invs = curve.inversions if curve is not None else []
     near = [i for i in invs if 0.09 <= i.last_feasible.ratio <= 0.12]
     if near:
@@ -109,7 +107,7 @@ def _resnet(repro) -> list[Claim]:
         evidence_b1 = inv.to_dict()
     else:
         measured_b1, ok_b1, evidence_b1, inv = "no inversion between 0.09 and 0.12", False, {}, None
-    cases = [c for c in repro.ooms if c.trace == "resnet32" and c.policy == SUBJECT_POLICY and inv is not None
+    cases = [c for c in repro.ooms if c.trace == name and c.policy == SUBJECT_POLICY and inv is not None
              and c.ratio in {r.ratio for r in inv.infeasible}]
     if cases:
         held = [c for c in cases if c.report.frontier_exceeds_budget]
@@ -135,14 +133,16 @@ def _ablation_claim(repro) -> list[Claim]:
     statement = ("Ablations with the DTR authors' heuristic variants implicate the joint size x staleness term "
                  "in the LSTM instability")
     info, why = _study_trace(repro, "lstm")
-    ab = repro.ablation
-    if ab is None or ab.trace != "lstm":
-        return [Claim("c", "lstm", statement, "no ablation around an LSTM switch", why or DIFFERS, HYPOTHESIS, {})]
+    ab, sp = repro.ablation, repro.study_pair
+    if ab is None or sp is None or ab.trace != sp.trace:
+        none = "the ablation looks around the study's pairs, on the study's LSTM only" if why else (
+            "no ablation around the study's pairs")
+        return [Claim("c", "lstm", statement, none, why or DIFFERS, HYPOTHESIS, {})]
     both = [r for r in ab.rows if r.policy.endswith("-size-stale")]
     others = [r for r in ab.rows if not r.policy.endswith("-size-stale")]
     unstable = lambda r: r.switches > 0 or r.inversions > 0  # noqa: E731
     n_both, n_other = sum(map(unstable, both)), sum(map(unstable, others))
-    measured = (f"window {ab.ratios[0]:g}-{ab.ratios[-1]:g}: switches or inversions in {n_both} of {len(both)} "
+    measured = (f"window {ab.ratios[0]:g}-{ab.ratios[-1]:g} around the same pairs ({sp.labels}): switches or inversions in {n_both} of {len(both)} "
                 f"variants with size x staleness ({', '.join(r.policy for r in both if unstable(r)) or 'none'}), "
                 f"in {n_other} of {len(others)} without it "
                 f"({', '.join(r.policy for r in others if unstable(r)) or 'none'})")

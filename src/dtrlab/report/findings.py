@@ -14,12 +14,10 @@ from ..analysis.feasibility import Inversion, inversions
 from ..analysis.regimes import Regime, Switch, regimes, switches
 from ..analysis.runs import Run
 from ..analysis.runs import runs_of as store_runs
+from .plan import fine_neighbours
 
 # The first screen lists this many switches (the largest) and inversions (the first) of a trace.
 MAX_LISTED = 5
-
-# Two ratios this close are neighbours on the fine grid (0.001 steps; floats of decimal literals).
-FINE_NEIGHBOURS = 0.001 + 1e-9
 
 
 @dataclass(frozen=True)
@@ -44,13 +42,9 @@ class Curve:
         return inversions(self.runs)
 
     def fine_switches(self) -> list[Switch]:
-        """Switches between budgets at most 0.1 % of the peak apart (a fine-grid step)."""
+        """Switches between neighbouring fine budgets (at most plan.FINE_STEP apart)."""
         return [s for s in self.switches if s.lo.ratio is not None and s.hi.ratio is not None
-                and s.hi.ratio - s.lo.ratio <= FINE_NEIGHBOURS]
-
-    def restricted(self, ratios) -> "Curve":
-        wanted = {float(r) for r in ratios}
-        return Curve(self.trace, self.policy, tuple(r for r in self.runs if r.ratio in wanted), self.factor)
+                and fine_neighbours(s.lo.ratio, s.hi.ratio)]
 
 
 def runs_of(frame: pd.DataFrame) -> tuple[Run, ...]:
@@ -78,6 +72,48 @@ def largest_switch(found: dict[tuple[str, str], Curve], policy: str, trace: str 
     if best is None and fine and not fine_only:
         return largest_switch(found, policy, trace, fine=False)
     return best
+
+
+# How the study's pairs are chosen, in the words the report says it in.
+PAIR_RULE = ("the fast run of the largest switch between neighbouring fine budgets of the subject policy on "
+             "the study's LSTM (its fine window), with each slow neighbour it has on the fine grid")
+
+
+@dataclass(frozen=True)
+class StudyPair:
+    """The study's pairs: one fast run and its slow neighbour(s) on the fine grid, chosen once by
+    PAIR_RULE. Every figure of claims (a1), (a2) and (a3) is measured on these pairs (the report
+    says which pair gives which), and the ablation (c) looks around them."""
+
+    trace: str
+    switches: tuple[Switch, ...]  # each from the same fast run to one slow neighbour, largest factor first
+    rule: str = PAIR_RULE
+
+    @property
+    def largest(self) -> Switch:
+        return self.switches[0]
+
+    @staticmethod
+    def label(switch: Switch) -> str:
+        """"fast/slow" ratios, e.g. 0.265/0.266."""
+        return f"{switch.fast.ratio:g}/{switch.slow.ratio:g}"
+
+    @property
+    def labels(self) -> str:
+        return " and ".join(self.label(s) for s in self.switches)
+
+    def to_dict(self) -> dict:
+        return {"trace": self.trace, "rule": self.rule, "pairs": [s.to_dict() for s in self.switches]}
+
+
+def study_pair(found: dict[tuple[str, str], Curve], trace: str, policy: str) -> StudyPair | None:
+    """The study's pairs on `trace` (the study's LSTM, found by content) by PAIR_RULE, or None without one."""
+    best = largest_switch(found, policy, trace, fine_only=True)
+    if best is None:
+        return None
+    fast = best[1].fast.budget_bytes
+    sides = [s for s in found[(trace, policy)].fine_switches() if s.fast.budget_bytes == fast]
+    return StudyPair(trace, tuple(sorted(sides, key=lambda s: (-s.factor, s.slow.budget_bytes))))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from .claims import DEMONSTRATED, HYPOTHESIS, study_missing
 from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
 from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
 from .study import FETCH_AND_REPRODUCE
-from .write import curve_rows, fmt_overhead, inversion_rows
+from .tables import curve_rows, fmt_overhead, inversion_rows
 
 
 def _env(autoescape: bool) -> jinja2.Environment:

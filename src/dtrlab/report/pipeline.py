@@ -30,13 +30,14 @@ from ..sim.policies import ablation_policies
 from ..sim.result import OOM
 from ..sim.simulate import baseline, simulate
 from ..sweep.grid import RunSpec, build_specs, ratio_literal
-from ..sweep.run import refine_specs, run_sweep
+from ..sweep.run import SweepSummary, refine_rounds, run_sweep
 from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
-from .findings import Curve, curves, largest_switch, runs_of
+from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
 from .memo import memo
-from .plan import FULL, QUICK, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+from .plan import FINE_STEP, FULL, QUICK, REFINE_POINTS, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+from .study import STUDY_TRACES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -113,6 +114,7 @@ class Reproduction:
     ooms: tuple[OomCase, ...]
     skipped_ooms: tuple[str, ...]  # why some infeasible budgets were not explained
     pairs: tuple[PairChurn, ...] = ()  # churn of every neighbouring fine switch of the study's traces
+    study_pair: StudyPair | None = None  # the study's LSTM pairs (a1-a3, c), when the study's LSTM is here
     claims: tuple = ()
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     new_runs: int = 0  # simulated by this call; the rest were in the store
@@ -135,8 +137,8 @@ def trace_source(source: str | None) -> Iterator[tuple[str, str]]:
 
 
 def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float, ...]:
-    """Fine-grid ratios (0.001 steps) from lo - half to hi + half, as exact decimal literals."""
-    step, half = Decimal("0.001"), Decimal(half_width)
+    """Fine-grid ratios (FINE_STEP apart) from lo - half to hi + half, as exact decimal literals."""
+    step, half = FINE_STEP, Decimal(half_width)
     lo = (ratio_literal(center_lo) - half).quantize(step)
     hi = (ratio_literal(center_hi) + half).quantize(step)
     lo = max(lo, step)
@@ -147,45 +149,62 @@ def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float,
     return tuple(out)
 
 
-class _Stages:
-    """Rich output of the job: a numbered line per stage and the time each took."""
+# The job's stages, in order; the progress line numbers each "k/n" with n the length of this list.
+STAGES = ("reading traces", "coarse curves", "fine scans around every switch and failure",
+          "churn and first divergence of the focus", "ablation table (16 ab-* policies)",
+          "explaining every inversion's out-of-memory", "churn of every neighbouring fine switch",
+          "claims of the study", "figures, report.html, summary.md, results.parquet")
 
-    def __init__(self, console: Console, total: int) -> None:
-        self.console, self.total, self.k = console, total, 0
+
+class _Stages:
+    """Rich output of the job: a numbered line per stage (of STAGES) and the time each took."""
+
+    def __init__(self, console: Console, names: tuple[str, ...] = STAGES) -> None:
+        self.console, self.names = console, names
         self.timings: dict[str, float] = {}
 
     @contextlib.contextmanager
-    def stage(self, name: str):
-        self.k += 1
-        self.console.rule(f"[bold]{self.k}/{self.total}[/bold] {name}", align="left")
+    def stage(self, name: str, detail: str = ""):
+        k = self.names.index(name) + 1  # a name not in the list is a bug: ValueError
+        self.console.rule(f"[bold]{k}/{len(self.names)}[/bold] {name}{detail}", align="left")
         t0 = time.perf_counter()
         yield  # the sweeps inside draw their own progress bars (rich allows one live display)
         self.timings[name] = time.perf_counter() - t0
         self.console.print(f"  done in {self.timings[name]:.1f} s", style="dim")
 
 
+def _programs(path: str, plan: Plan) -> list[Program]:
+    """The traces of `path` that the plan studies, lowered (through the cache), in the source's order."""
+    return plan.choose(load(path))
+
+
+def _sweep_summary(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None,
+                   progress: bool) -> SweepSummary:
+    return run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False)
+
+
 def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, progress: bool) -> int:
     """Run the specs the store lacks; the number simulated now."""
-    if not specs:
-        return 0
-    return run_sweep(specs, store, workers=workers, timeout_s=plan.timeout_s, progress=progress, report=False).ran
+    return _sweep_summary(specs, store, plan, workers, progress).ran if specs else 0
 
 
 def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
-              workers: int | None = None, console: Console | None = None, progress: bool = True) -> Reproduction:
-    """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir."""
+              workers: int | None = None, console: Console | None = None, progress: bool = True,
+              plan: Plan | None = None) -> Reproduction:
+    """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir;
+    `plan` (default: the quick or the full plan) says what is run."""
     from .write import write_run_record
 
-    plan = QUICK if quick else FULL
+    plan = plan or (QUICK if quick else FULL)
     console = console or _console(stderr=True)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a folder")
     t_start = time.perf_counter()
-    stages = _Stages(console, 9)
+    stages = _Stages(console)
     with trace_source(source) as (path, label):
         with stages.stage("reading traces"):
-            programs = plan.choose(load(path))  # a bad trace fails here, before the folder is made
+            programs = _programs(path, plan)  # a bad trace fails here, before the folder is made
             peaks = peak_gaps(path, {p.sha256 for p in programs})
         created = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
@@ -214,19 +233,17 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     store = Store(out / STORE_NAME)
     try:
         limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
-        with stages.stage(f"coarse curves: {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
-            specs = build_specs(path, programs, plan.policies, [RUNTIME], plan.coarse(), **limit)
+        with stages.stage("coarse curves", f": {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
+            coarse = plan.coarse()  # none in a plan of fine windows only
+            specs = build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit) if coarse else []
             new_runs += _sweep(specs, store, plan, workers, progress)
-        with stages.stage("fine scans around every switch and failure (0.001 steps)"):
+        with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):
             refinable = [s for s in specs if s.policy in plan.refine_policies
                          and s.trace_sha256 not in plan.refine_skip]
-            for _ in range(plan.refine_rounds):
-                new = refine_specs(refinable, store, by_sha, 9, SWITCH_FACTOR)
-                if not new:
-                    break
-                new_runs += _sweep(new, store, plan, workers, progress)
-                refinable += new
-                specs += new
+            refined = refine_rounds(refinable, store, by_sha, REFINE_POINTS, SWITCH_FACTOR, plan.refine_rounds,
+                                    lambda _, new: _sweep_summary(new, store, plan, workers, progress))
+            new_runs += refined.ran
+            specs += refined.specs[len(refinable):]
             for program in programs:
                 window = plan.window(program)
                 if window:
@@ -236,14 +253,19 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         frame = store.rows(s.key for s in specs)
         found = curves(frame, SWITCH_FACTOR)
 
-        focus_switch = largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only)
+        lstm = next((p.name for p in programs if p.sha256 == STUDY_TRACES["lstm"]), None)
+        pair = study_pair(found, lstm, SUBJECT_POLICY) if lstm is not None else None
+        # The study's pairs are the focus (churn, divergence, ablation) when there are any: the claims'
+        # figures and the report's close look are then of the same runs.
+        focus_switch = ((pair.trace, pair.largest) if pair is not None
+                        else largest_switch(found, SUBJECT_POLICY, fine_only=plan.focus_fine_only))
         focus = None
-        with stages.stage("churn and first divergence of the largest switch"):
+        with stages.stage("churn and first divergence of the focus"):
             if focus_switch is not None:
                 focus = _focus(out, by_name[focus_switch[0]], focus_switch[1])
         ablation = None
         with stages.stage("ablation table (16 ab-* policies)"):
-            center = _ablation_center(found, focus_switch)
+            center = _ablation_center(found, focus_switch, pair)
             if center is not None:
                 trace, lo, hi = center
                 # Around both ends: a switch or inversion across a coarse gap is no 100-budget window.
@@ -258,12 +280,12 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         with stages.stage("explaining every inversion's out-of-memory"):
             ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
         with stages.stage("churn of every neighbouring fine switch"):
-            pairs = _pair_churn(out, found, by_name, plan)
+            pairs = _pair_churn(out, found, by_name, plan, pair)
     finally:
         store.close()
 
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
-                         new_runs=new_runs, peaks=peaks)
+                         study_pair=pair, new_runs=new_runs, peaks=peaks)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):
@@ -275,8 +297,12 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
 # --- the analyses ---------------------------------------------------------------------------
 
 
-def _ablation_center(found: dict, focus_switch) -> tuple[str, float, float] | None:
-    """Where the ablation looks: the largest switch, else the subject policy's first inversion."""
+def _ablation_center(found: dict, focus_switch, pair: StudyPair | None) -> tuple[str, float, float] | None:
+    """Where the ablation looks: the study's pairs, else the largest switch, else the subject policy's
+    first inversion."""
+    if pair is not None:  # every pair of the study's fast run, both sides
+        ratios = [r.ratio for s in pair.switches for r in (s.lo, s.hi)]
+        return pair.trace, min(ratios), max(ratios)
     if focus_switch is not None:
         t, s = focus_switch
         return t, min(s.lo.ratio, s.hi.ratio), max(s.lo.ratio, s.hi.ratio)
@@ -300,14 +326,17 @@ def _ablation(trace: str, ratios: tuple[float, ...], frame: pd.DataFrame) -> Abl
     return Ablation(trace, ratios, tuple(rows), per_policy)
 
 
-def _pair_churn(out: Path, found: dict, by_name: dict, plan: Plan) -> tuple[PairChurn, ...]:
+def _pair_churn(out: Path, found: dict, by_name: dict, plan: Plan, pair: StudyPair | None) -> tuple[PairChurn, ...]:
     """Every fine switch of the subject policy, with all-eviction churn figures (compiled runs
-    with per-storage counts, kept in the report folder), at most plan.max_pairs of them."""
+    with per-storage counts, kept in the report folder), at most plan.max_pairs of them, the
+    study's pair always among them."""
     survey = []
     for (trace, policy), curve in sorted(found.items()):
         if policy == SUBJECT_POLICY:
             survey += [(trace, s) for s in curve.fine_switches()]
-    survey = sorted(survey, key=lambda ts: -ts[1].factor)[:plan.max_pairs]
+    first = [(pair.trace, s) for s in pair.switches] if pair is not None else []
+    survey = first + [ts for ts in sorted(survey, key=lambda ts: -ts[1].factor) if ts not in first]
+    survey = survey[:max(plan.max_pairs, len(first))]
 
     def evicted(program: Program, budget_bytes: int) -> np.ndarray:
         key = {"trace": program.sha256, "budget": budget_bytes, "policy": SUBJECT_POLICY}
@@ -371,6 +400,7 @@ def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFra
             ooms = [r for r in inv.infeasible if r.outcome == OOM]
             todo += [(trace, policy, k, r) for r in (ooms if policy == SUBJECT_POLICY else ooms[:1])]
     cases, skipped = [], []
+    spent: dict[tuple[str, str, int], int] = {}  # score evaluations replayed per inversion
     for trace, policy, k, run in todo:
         what = f"{trace} {policy} at ratio {run.label}"
         if len(cases) >= plan.max_oom_explanations:
@@ -381,6 +411,12 @@ def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFra
             skipped.append(f"{what}: {n_evals:,} score evaluations, past the plan's "
                            f"{plan.max_explain_score_evals:,} for a replay on the Python engine")
             continue
+        inversion = (trace, policy, k)
+        if inversion in spent and spent[inversion] + n_evals > plan.max_inversion_score_evals:
+            skipped.append(f"{what}: a further OOM of an inversion already explained, past the plan's "
+                           f"{plan.max_inversion_score_evals:,} score evaluations of replays per inversion")
+            continue
+        spent[inversion] = spent.get(inversion, 0) + n_evals
         program = by_name[trace]
         key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": policy, "seed": SEED}
         report, series = memo(out, "oom", key, lambda: _explain(program, run.budget_bytes, policy))

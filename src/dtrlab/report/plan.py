@@ -7,8 +7,9 @@ here simulates. A plan looks at what a trace is (its content hash, its operators
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
-from ..sweep.grid import parse_ratios
+from ..sweep.grid import parse_ratios, ratio_literal
 from ..trace.lower import Program
 from .study import STUDY_TRACES
 
@@ -24,7 +25,17 @@ SWITCH_FACTOR = 2.0
 # Runs recomputing more than (cap - 1) x the baseline are stopped as remat_limit: some baselines
 # (lru, size on the LSTM) thrash for minutes per budget otherwise. The study's overheads are far below.
 OVERHEAD_CAP = 20.0
-FINE_STEP = "0.001"
+# Each round of refinement puts this many ratios between two neighbours: 0.1 -> 0.01 -> 0.001 (FINE_STEP).
+REFINE_POINTS = 9
+# The fine grid's step: 0.1 % of the unconstrained peak, the spacing at which the study states its
+# claims ("budgets 0.10% of peak memory apart"). Two budgets at most this far apart are neighbouring
+# fine budgets; compared as decimal literals, so 0.265 and 0.266 are neighbours without a tolerance.
+FINE_STEP = Decimal("0.001")
+
+
+def fine_neighbours(lo_ratio: float, hi_ratio: float) -> bool:
+    """Whether two ratios (lo first) are neighbouring fine budgets: at most FINE_STEP apart."""
+    return ratio_literal(hi_ratio) - ratio_literal(lo_ratio) <= FINE_STEP
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,12 @@ class Plan:
     # evaluates (15-60 us each): skip runs past this many. A count, not a time, so what a report
     # explains does not depend on the machine or on how fast the compiled engine is.
     max_explain_score_evals: int = 500_000
+    # The OOMs of one inversion are neighbouring budgets that run out of memory alike: the first is
+    # always replayed (within the limit above), the next ones while the inversion's replays add up to
+    # at most this many score evaluations. The public ResNet-32's five (28,115 each) all fit, so
+    # claim (b2) reads every one of them; the shipped captures' (120,000-160,000 each) get one replay
+    # an inversion instead of five, which took half of `make demo`'s time.
+    max_inversion_score_evals: int = 200_000
     # Quick runs: the smallest traces (by operators) while their operators add up to at most this;
     # the smallest is always taken, so any trace a user gives gets a study. None: every trace.
     max_total_operators: int | None = None
@@ -54,9 +71,11 @@ class Plan:
     # of ablations can be hundreds of runs (quick runs have fine scans on the study's resnet32 only).
     focus_fine_only: bool = False
     overhead_cap: float = OVERHEAD_CAP
+    # Only these traces (sha256s; empty: every trace the source has, cut by max_total_operators).
+    traces: tuple[str, ...] = ()
 
     def coarse(self) -> tuple[float, ...]:
-        return parse_ratios(self.coarse_ratios)
+        return parse_ratios(self.coarse_ratios) if self.coarse_ratios else ()
 
     def window(self, program: Program) -> tuple[float, ...]:
         spec = self.windows.get(program.sha256)
@@ -64,6 +83,8 @@ class Plan:
 
     def choose(self, programs: list[Program]) -> list[Program]:
         """The traces this plan studies, in the source's order."""
+        if self.traces:
+            programs = [p for p in programs if p.sha256 in self.traces]
         if self.max_total_operators is None or not programs:
             return list(programs)
         by_size = sorted(range(len(programs)), key=lambda k: (programs[k].n_ops, k))
@@ -106,4 +127,22 @@ QUICK = Plan(
     timeout_s=20.0,
     max_oom_explanations=6,
     max_pairs=6,
+)
+
+# The claims alone, on the study's two traces: what (a1)-(a3), (b1), (b2) and (c) read and nothing
+# else. The LSTM's fine window holds the study's fast run (0.265 on the public LSTM), its slow
+# neighbours on both sides and theirs; ResNet-32's holds the inversion; the ablation looks at the pairs'
+# budgets. No coarse curves, no other policy: a CI test runs it on the public traces in well under a minute.
+CLAIMS = Plan(
+    name="claims",
+    policies=(SUBJECT_POLICY,),
+    coarse_ratios="",
+    traces=(STUDY_TRACES["lstm"], STUDY_TRACES["resnet32"]),
+    windows={STUDY_TRACES["lstm"]: "0.263:0.268:0.001", STUDY_TRACES["resnet32"]: "0.100:0.108:0.001"},
+    refine_rounds=0,
+    refine_policies=(),
+    ablation_half_width="0",  # the pairs' own budgets: both sides of the fast run
+    focus_fine_only=True,
+    timeout_s=60.0,
+    max_pairs=2,  # the study's pairs: the fast run and its slow neighbour on each side
 )

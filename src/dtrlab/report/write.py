@@ -1,6 +1,6 @@
 """Writing the report folder: figures/*.png|svg, report.html (self-contained), summary.md, run.json.
 
-Owns which figures a Reproduction gets and the tables the HTML and Markdown share. The report and
+Owns which figures a Reproduction gets and the files they go to (the tables are report.tables'). The report and
 the figures are the same bytes for the same runs; what changes from call to call (the time, how
 long each stage took, how many runs were new) goes to run.json only.
 """
@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 from pathlib import Path
 
 from .. import __version__
-
-from ..sim.result import OOM
-from .plan import SUBJECT_POLICY
 from . import plots
+from .html import render_html, render_markdown
+from .plan import SUBJECT_POLICY, fine_neighbours
 
 
 def _figures(repro) -> dict[str, dict]:
@@ -38,13 +36,11 @@ def _figures(repro) -> dict[str, dict]:
                  f"{SUBJECT_POLICY}); shaded: {SUBJECT_POLICY}'s fast and slow regimes; x: infeasible budgets.")
     strips = []
     for (t, p), curve in sorted(repro.curves.items()):
-        fine = [r for r in curve.runs if r.ratio is not None]
-        ratios = sorted(r.ratio for r in fine)
-        steps = [b - a for a, b in zip(ratios, ratios[1:])]
-        if p == SUBJECT_POLICY and steps and min(steps) < 0.0015:
-            lo = min(a for a, b in zip(ratios, ratios[1:]) if b - a < 0.0015)
-            hi = max(b for a, b in zip(ratios, ratios[1:]) if b - a < 0.0015)
-            strips.append((t, [r for r in fine if lo <= r.ratio <= hi]))
+        ratios = sorted(r.ratio for r in curve.runs if r.ratio is not None)
+        fine = [(a, b) for a, b in zip(ratios, ratios[1:]) if fine_neighbours(a, b)]
+        if p == SUBJECT_POLICY and fine:
+            lo, hi = min(a for a, _ in fine), max(b for _, b in fine)
+            strips.append((t, [r for r in curve.runs if r.ratio is not None and lo <= r.ratio <= hi]))
     if strips:
         keep("feasibility-fine", plots.feasibility_strip(strips, SUBJECT_POLICY),
              "Outcome of every budget of the fine scans (0.001 steps) of each trace.")
@@ -55,7 +51,9 @@ def _figures(repro) -> dict[str, dict]:
              f"{f.trace}: how often each evicted storage is evicted in the fast and the slow run of the largest switch.")
     cases = [c for c in repro.ooms if c.series is not None]
     if cases:
-        c = min(cases, key=lambda c: (c.policy != SUBJECT_POLICY, c.trace != "resnet32", c.ratio or 0))
+        # What the data shows, not a trace's name: the subject policy's deepest frontier (the most
+        # frames of rematerialization when memory ran out), then the smallest budget.
+        c = min(cases, key=lambda c: (c.policy != SUBJECT_POLICY, -len(c.report.frames), c.trace, c.ratio or 0))
         r = c.report
         keep("memory-near-oom", plots.memory_near_oom(c.trace, c.policy, c.ratio, c.series, r.budget_bytes,
                                                       r.pinned_bytes, r.frontier_bytes),
@@ -66,48 +64,6 @@ def _figures(repro) -> dict[str, dict]:
         keep("ablation-heatmap", plots.ablation_heatmap(a.trace, a.ratios, a.curves),
              f"{a.trace}: every ablation of the DTR score over the budgets around the focus.")
     return out
-
-
-def fmt_overhead(x) -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3f}"
-
-
-def curve_rows(repro) -> list[dict]:
-    """One row per (trace, policy): runs, feasible, smallest feasible ratio, switches, inversions."""
-    rows = []
-    for (t, p), c in sorted(repro.curves.items()):
-        ok = [r for r in c.runs if r.feasible]
-        sw = c.switches
-        rows.append({"trace": t, "policy": p, "runs": len(c.runs), "feasible": len(ok),
-                     "min_feasible": min((r.ratio for r in ok if r.ratio is not None), default=None),
-                     "switches": len(sw), "max_factor": max((s.factor for s in sw), default=None),
-                     "inversions": len(c.inversions)})
-    return rows
-
-
-def inversion_rows(repro) -> list[dict]:
-    rows = []
-    for (t, p), c in sorted(repro.curves.items()):
-        for k, inv in enumerate(c.inversions):
-            case = next((o for o in repro.ooms if o.trace == t and o.policy == p and o.inversion == k), None)
-            rows.append({"trace": t, "policy": p, "last_feasible": inv.last_feasible.ratio,
-                         "infeasible": ", ".join(f"{r.ratio:g}" for r in inv.infeasible),
-                         "outcomes": "/".join(sorted({r.outcome for r in inv.infeasible})),
-                         "next_feasible": inv.next_feasible.ratio,
-                         "explanation": _oom_line(case) if case else (
-                             "not an OOM (overhead cap)" if all(r.outcome != OOM for r in inv.infeasible)
-                             else "not explained (see the notes)")})
-    return rows
-
-
-def _oom_line(case) -> str:
-    r = case.report
-    verdict = ("pool empty, pinned + locked + need exceed the budget by "
-               f"{r.shortfall_bytes / 2**20:,.1f} MiB" if r.frontier_exceeds_budget else
-               "the frontier alone does not explain it")
-    return (f"at {case.ratio:g}: {len(r.frames)} frames ({sum(f.remat for f in r.frames)} remats), "
-            f"locked {r.locked_bytes / 2**20:,.1f} MiB, pinned {r.pinned_bytes / 2**20:,.1f} MiB, "
-            f"need {r.need_bytes / 2**20:,.1f} MiB; {verdict}")
 
 
 RUN_RECORD = "run.json"
@@ -121,8 +77,6 @@ def new_runs_line(repro) -> str:
 
 
 def write_all(repro) -> dict:
-    from .html import render_html, render_markdown
-
     figures = _figures(repro)
     (repro.out_dir / "report.html").write_text(render_html(repro, figures), encoding="utf-8")
     (repro.out_dir / "summary.md").write_text(render_markdown(repro, figures), encoding="utf-8")

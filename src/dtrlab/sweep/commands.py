@@ -89,7 +89,7 @@ def sweep(
     from ..trace import load
     from .executors import get_executor
     from .grid import build_specs, parse_budget_bytes, parse_ratios
-    from .run import interrupted_exit_status, refine_specs, run_sweep
+    from .run import interrupted_exit_status, refine_rounds as refinement, run_sweep
     from .store import Store
 
     if ratios is None and budget_bytes is None:
@@ -116,17 +116,13 @@ def sweep(
     with get_executor(executor.value, workers, scheduler) as ex, Store(store) as opened:
         summary = run_sweep(specs, opened, ex, timeout_s=timeout, progress=not no_progress,
                             report=not no_progress and not refine)
-        by_sha = {p.sha256: p for p in programs}
-        for round_ in range(refine_rounds if refine and not summary.interrupted else 0):
-            new = refine_specs(specs, opened, by_sha, refine, refine_factor)
-            if not new:
-                break
-            typer.echo(f"refinement round {round_ + 1}: {len(new)} new budgets", err=True)
-            specs = specs + new
-            summary = run_sweep(specs, opened, ex, timeout_s=timeout, progress=not no_progress,
-                                report=False)
-            if summary.interrupted:
-                break
+        if refine and not summary.interrupted:
+            refined = refinement(
+                specs, opened, {p.sha256: p for p in programs}, refine, refine_factor, refine_rounds,
+                lambda every, new: run_sweep(every, opened, ex, timeout_s=timeout, progress=not no_progress,
+                                             report=False),
+                lambda round_, n: typer.echo(f"refinement round {round_}: {n} new budgets", err=True))
+            summary = refined.summary or summary
         if refine and not no_progress:
             from .run import summary_table
 

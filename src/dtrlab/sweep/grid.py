@@ -184,7 +184,10 @@ class RunSpec:
     def key(self) -> str:
         canonical = json.dumps({
             "trace_sha256": self.trace_sha256,
-            "policy": policy_key(get_policy(self.policy)),  # the formula, not the name it is known by
+            # The name and the formula: two formulas under one name never share a row, and a row's
+            # policy column is the name it was asked for (ab-e-size-stale is dtr's formula too).
+            "policy": self.policy,
+            "formula": policy_key(get_policy(self.policy)),
             "runtime": self.runtime,
             "options": {"overhead_limit": self.overhead_limit, "seed": self.seed},
             "budget_bytes": self.budget_bytes,

@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -273,5 +273,37 @@ def refine_specs(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, 
     return sorted(new.values(), key=lambda s: (s.trace, s.policy, s.runtime, s.budget_bytes))
 
 
-__all__ = ["SummaryRow", "SweepSummary", "interrupted_exit_status", "refine_specs", "run_sweep", "summarize",
-           "summary_table"]
+@dataclass(frozen=True)
+class Refinement:
+    """What rounds of refinement added: specs (the given ones, then each round's new ones, in order),
+    the number of runs simulated, and the last round's sweep summary (None if no round added any)."""
+
+    specs: tuple[RunSpec, ...]
+    ran: int
+    summary: SweepSummary | None
+
+
+def refine_rounds(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, Program], k: int,
+                  factor: float, rounds: int, sweep: Callable[[list[RunSpec], list[RunSpec]], SweepSummary],
+                  announce: Callable[[int, int], None] | None = None) -> Refinement:
+    """Up to `rounds` rounds of refine_specs over every spec so far; each round's new specs are run
+    by `sweep(all specs so far, new specs)`, which returns its summary. Stops at a round that adds
+    nothing or a sweep that was interrupted. `announce(round, n_new)` is told of each round first.
+    The one refinement loop: `dtrlab sweep --refine` and `dtrlab reproduce` both run this."""
+    specs, ran, summary = list(specs), 0, None
+    for round_ in range(rounds):
+        new = refine_specs(specs, store, programs, k, factor)
+        if not new:
+            break
+        if announce is not None:
+            announce(round_ + 1, len(new))
+        specs += new
+        summary = sweep(specs, new)
+        ran += summary.ran
+        if summary.interrupted:
+            break
+    return Refinement(tuple(specs), ran, summary)
+
+
+__all__ = ["Refinement", "SummaryRow", "SweepSummary", "interrupted_exit_status", "refine_rounds", "refine_specs",
+           "run_sweep", "summarize", "summary_table"]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 APP = "dtrlab-results"
 SCHEMA_VERSION = 1
 
-_SCHEMA = f"""
+_SCHEMA = """
 CREATE TABLE meta (
     app VARCHAR NOT NULL,
     schema_version INTEGER NOT NULL,

@@ -1,0 +1,76 @@
+"""The study's headline on the public traces, for real: a focused plan (report.plan.CLAIMS) runs the
+claims on ../shared/traces/dtr-iclr21 with the LSTM, and each verdict and figure is the study's text
+(tests/goldens.json), not whatever dtrlab happens to compute."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtrlab.report.claims import REPRODUCED
+from dtrlab.report.findings import StudyPair
+from dtrlab.report.pipeline import reproduce
+from dtrlab.report.plan import CLAIMS
+
+from conftest import TRACES, golden, needs_compiled, needs_shared, require_shared
+
+pytestmark = [needs_shared, needs_compiled]
+
+
+@pytest.fixture(scope="module")
+def claims_run(tmp_path_factory):
+    require_shared()
+    return reproduce(str(TRACES), tmp_path_factory.mktemp("claims") / "report", plan=CLAIMS, workers=2,
+                     progress=False)
+
+
+def _digits(value: float, stated: str) -> str:
+    return f"{value:.{len(stated.split('.')[1])}f}"
+
+
+def test_the_claims_plan_reads_only_the_study_traces(claims_run):
+    assert sorted(t["name"] for t in claims_run.traces) == ["lstm", "resnet32"]
+    assert set(claims_run.frame["policy"]) - {"dtr"} <= {p for p in claims_run.frame["policy"] if p.startswith("ab-")}
+
+
+def test_a1_a3_are_reproduced_on_the_named_pairs(claims_run):
+    want = golden("study_lstm_pair")
+    pair = claims_run.study_pair
+    assert pair is not None and pair.trace == "lstm"
+    # One fast run and its slow neighbours, chosen once.
+    assert {s.fast.ratio for s in pair.switches} == {want["fast_ratio"]}
+    assert [s.slow.ratio for s in pair.switches] == want["slow_ratios"]
+    claims = {c.key: c for c in claims_run.claims}
+    for key in ("a1", "a2", "a3"):
+        assert claims[key].verdict == REPRODUCED, (key, claims[key].measured)
+    assert claims["a1"].evidence["pair"] == want["a1_pair"]
+    assert claims["a2"].evidence["pair"] == claims["a3"].evidence["pair"] == want["a2_a3_pair"]
+    churn = {StudyPair.label(p.switch): p for p in claims_run.pairs if p.trace == "lstm"}
+    a1, a23 = churn[want["a1_pair"]], churn[want["a2_a3_pair"]]
+    assert _digits(a1.switch.factor, want["factor"]) == want["factor"]
+    assert a1.switch.factor == max(s.factor for s in pair.switches)  # "up to"
+    assert _digits(a23.per_storage_fast, want["per_storage_fast"]) == want["per_storage_fast"]
+    assert _digits(a23.per_storage_slow, want["per_storage_slow"]) == want["per_storage_slow"]
+    assert (a23.distinct_fast, a23.distinct_slow) == (want["distinct_fast"], want["distinct_slow"])
+    assert _digits(a23.jaccard, want["jaccard"]) == want["jaccard"]
+    # The report says which pair gives which figure.
+    summary = (claims_run.out_dir / "summary.md").read_text()
+    assert f"{want['factor']}0x (overhead" in summary and f"on {want['a1_pair']}" in summary
+    assert (f"{want['per_storage_fast']} -> {want['per_storage_slow']} evictions per evicted storage "
+            f"on {want['a2_a3_pair']}") in summary
+    # The close look and the ablation are of the same pairs.
+    assert claims_run.focus is not None and claims_run.focus.switch == pair.largest
+    ab = claims_run.ablation
+    assert ab is not None and ab.trace == "lstm"
+    assert min(ab.ratios) <= min(want["slow_ratios"]) < max(want["slow_ratios"]) <= max(ab.ratios)
+    assert f"around the same pairs ({pair.labels})" in claims["c"].measured
+
+
+def test_b1_b2_are_reproduced(claims_run):
+    want = golden("study_resnet32_inversion")
+    claims = {c.key: c for c in claims_run.claims}
+    b1, b2 = claims["b1"], claims["b2"]
+    assert b1.verdict == REPRODUCED and b2.verdict == REPRODUCED, (b1.measured, b2.measured)
+    assert b1.evidence["last_feasible_ratio"] == want["last_feasible_ratio"]
+    assert b1.evidence["infeasible_ratios"] == want["infeasible_ratios"]
+    assert b1.evidence["next_feasible_ratio"] == want["next_feasible_ratio"]
+    assert b2.evidence["explained"] == b2.evidence["frontier_exceeds_budget"] == len(want["infeasible_ratios"])
