@@ -9,6 +9,7 @@ fingerprint); its message says what to do.
 
 from __future__ import annotations
 
-SEMANTICS_VERSION = 2
+SEMANTICS_VERSION = 3
 # 1: the results of e5122e2.
 # 2: a COPY_FROM between two names of one tensor is a no-op in lowering.
+# 3: the compiled engine makes a new storage's equivalence-class node at creation (eqclass scores).

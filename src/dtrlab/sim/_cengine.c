@@ -316,7 +316,7 @@ typedef struct {
     u64 *pending;     /* storages waiting to be expanded (a bitset) */
     i32 *dfs;
     /* equivalence classes */
-    i32 *ecn;
+    i32 *ecn; /* a node, or ECN_UNMADE / ECN_CLEARED (see create and compute) */
     i32 *uf_parent;
     i64 *uf_value;
     i32 uf_n, uf_cap;
@@ -633,6 +633,13 @@ static void region_absorb(St *S, int forward, i32 r, i32 s) {
 }
 
 /* ---- equivalence classes: union-find, value at the root ----------------------------------- */
+
+/* A storage gets a node of value 0 when its first operator is created, as the reference's does:
+ * until it is first computed it is not in memory, so a neighbour evicted meanwhile (to free room
+ * for that very operator) merges with it, and its first computation then takes its compute off
+ * that class. Computing it clears the node for good; evicting it makes a new one. */
+#define ECN_UNMADE (-1)
+#define ECN_CLEARED (-2)
 
 static i32 uf_new(St *S, i64 value) {
     if (S->uf_n == S->uf_cap) {
@@ -993,6 +1000,7 @@ static void create(St *S, i32 op) {
             if (p->t_op[p->s_tensors[k]] == op) { seen = 1; break; }
         if (!seen && S->s_live[s] && S->trust_on) alias_untrust(S, s);
         if (!seen) S->s_compute[s] += p->op_cost[op]; /* an operator counts once per storage */
+        if (S->eq_on && S->ecn[s] == ECN_UNMADE) S->ecn[s] = uf_new(S, 0);
         S->s_live[s]++;
         S->ref_ext[s]++;
     }
@@ -1063,7 +1071,7 @@ static void compute(St *S, i32 t, int remat) {
                 i32 root = uf_find(S, S->ecn[s]);
                 S->uf_value[root] -= S->s_compute[s];
             }
-            S->ecn[s] = -1;
+            S->ecn[s] = ECN_CLEARED;
         }
     }
 }
@@ -1420,7 +1428,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
         PyErr_NoMemory();
         goto fail_counts;
     }
-    for (i32 s = 0; s < ns; s++) { S.last_access[s] = LA_NONE; S.ecn[s] = -1; }
+    for (i32 s = 0; s < ns; s++) { S.last_access[s] = LA_NONE; S.ecn[s] = ECN_UNMADE; }
     if (ncounts) { S.cnt_policy = cviews[0].buf; S.cnt_eager = cviews[1].buf; S.cnt_remat = cviews[2].buf; }
     if (budget < 0) S.budget = INT64_MAX;
 
