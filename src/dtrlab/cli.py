@@ -16,8 +16,8 @@ from typer.core import TyperGroup
 from . import __version__
 from .coercion import plain_coercions
 from .errors import DtrlabError
-from .sim.policies import DEFAULT_POLICY
-from .sim.runtimes import DEFAULT_RUNTIME
+from .defaults import DEFAULT_POLICY
+from .defaults import DEFAULT_RUNTIME
 from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from .output import clean, console, print_json
 from .trace import resolve_source

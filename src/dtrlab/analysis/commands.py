@@ -14,8 +14,8 @@ from ..errors import UsageError
 from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from ..output import console as _console
 from ..output import print_json
-from ..sim.policies import DEFAULT_POLICY
-from ..sim.runtimes import DEFAULT_RUNTIME
+from ..defaults import DEFAULT_POLICY
+from ..defaults import DEFAULT_RUNTIME
 from ..sweep import DEFAULT_STORE
 from ..sweep.commands import ExecutorName
 from ..trace import resolve_source

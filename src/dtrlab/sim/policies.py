@@ -197,7 +197,7 @@ def _register_builtins() -> None:
 
 _register_builtins()
 
-DEFAULT_POLICY = "dtr"
+from ..defaults import DEFAULT_POLICY  # noqa: F401 - re-exported: one definition, in defaults
 
 
 def is_reserved(name: str) -> bool:

@@ -30,7 +30,7 @@ RUNTIMES: dict[str, Runtime] = {
 }
 _ALIASES = {r.reference.lower(): r for r in RUNTIMES.values()}
 
-DEFAULT_RUNTIME = "eager-optimized"
+from ..defaults import DEFAULT_RUNTIME  # noqa: F401 - re-exported: one definition, in defaults
 
 
 def get_runtime(name: str | Runtime) -> Runtime:

@@ -14,8 +14,8 @@ from typer.core import TyperGroup
 from ..errors import UsageError
 from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from ..output import console
-from ..sim.policies import DEFAULT_POLICY
-from ..sim.runtimes import DEFAULT_RUNTIME
+from ..defaults import DEFAULT_POLICY
+from ..defaults import DEFAULT_RUNTIME
 from ..trace import resolve_source
 from . import DEFAULT_STORE
 
