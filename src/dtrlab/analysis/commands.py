@@ -17,7 +17,7 @@ from ..output import print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
 from ..sweep import DEFAULT_STORE
-from ..sweep.commands import ExecutorName
+from ..sweep.commands import EXECUTOR_OPT, SCHEDULER_OPT, WORKERS_OPT, ExecutorName
 from ..trace import resolve_source
 
 if TYPE_CHECKING:
@@ -418,12 +418,9 @@ def rank_cmd(
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
     store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
                               help="Results store: runs already there are not simulated again."),
-    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", "-e",
-                                          help="local: worker processes here; dask: a Dask cluster."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDR",
-                                            help="Dask scheduler address (default: a local cluster)."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-j", metavar="N",
-                                          help="Worker processes (default: one a core)."),
+    executor: ExecutorName = EXECUTOR_OPT,
+    scheduler: Optional[str] = SCHEDULER_OPT,
+    workers: Optional[int] = WORKERS_OPT,
     overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
                                                    help="Stop a run once its overhead passes X (outcome remat_limit, "
                                                         "infeasible)."),

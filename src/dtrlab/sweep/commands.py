@@ -27,6 +27,15 @@ class ExecutorName(str, Enum):
     dask = "dask"
 
 
+# How a command that runs many simulations runs them; shared by sweep and rank.
+EXECUTOR_OPT = typer.Option(ExecutorName.local, "--executor", "-e",
+                            help="local: worker processes here; dask: a Dask cluster.")
+SCHEDULER_OPT = typer.Option(None, "--scheduler", metavar="ADDR",
+                             help="Dask scheduler address (tcp://host:8786); without it "
+                                  "--executor dask starts a local cluster.")
+WORKERS_OPT = typer.Option(None, "--workers", "-j", metavar="N", help="Worker processes (default: one a core).")
+
+
 class EngineName(str, Enum):
     auto = "auto"
     c = "c"
@@ -55,13 +64,9 @@ def sweep(
                                                 help="Runtime (repeatable; default eager-optimized)."),
     store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
                               help="The DuckDB results file; runs already in it are skipped."),
-    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", "-e",
-                                          help="local: worker processes here; dask: a Dask cluster."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDR",
-                                            help="Dask scheduler address (tcp://host:8786); without it "
-                                                 "--executor dask starts a local cluster."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-j", metavar="N",
-                                          help="Worker processes (default: one a core)."),
+    executor: ExecutorName = EXECUTOR_OPT,
+    scheduler: Optional[str] = SCHEDULER_OPT,
+    workers: Optional[int] = WORKERS_OPT,
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S",
                                             help="Stop a run after S seconds (outcome timeout); its process is killed."),
     overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
