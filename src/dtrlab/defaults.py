@@ -3,3 +3,6 @@ show them without loading the simulator (start-up time)."""
 
 DEFAULT_POLICY = "dtr"  # the DTR heuristic, the paper's and the study's subject
 DEFAULT_RUNTIME = "eager-optimized"  # the reference's RuntimeV2EagerOptimized, the paper's configuration
+# A regime switch: neighbouring feasible budgets whose overheads differ by more than this factor
+# (the study's own threshold; its LSTM switches are 2x to 7.3x).
+DEFAULT_SWITCH_FACTOR = 2.0

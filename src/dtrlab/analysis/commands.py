@@ -15,7 +15,7 @@ from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from ..output import console as _console
 from ..output import print_json
 from ..defaults import DEFAULT_POLICY
-from ..defaults import DEFAULT_RUNTIME
+from ..defaults import DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
 from ..sweep import DEFAULT_STORE
 from ..sweep.commands import EXECUTOR_OPT, SCHEDULER_OPT, WORKERS_OPT, ExecutorName
 from ..trace import resolve_source
@@ -82,7 +82,7 @@ def scan_cmd(
     policy: Optional[str] = POLICY_OPT,
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
-    factor: float = typer.Option(2.0, "--factor", metavar="F",
+    factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
     as_json: bool = JSON_OPT,
     store: str = typer.Option(DEFAULT_STORE, "--store", metavar="FILE",
@@ -360,7 +360,7 @@ def ablate_cmd(
     trace: Optional[str] = TRACE_OPT,
     ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC", help='"START:STOP:STEP" or a comma list.'),
     runtime: str = RUNTIME_OPT,
-    factor: float = typer.Option(2.0, "--factor", metavar="F", help="Switch factor."),
+    factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F", help="Switch factor."),
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
                                                help=POLICY_HELP + " Repeatable: rows after the ablations."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
@@ -414,7 +414,7 @@ def rank_cmd(
                                        help="Fine-scan ratios added to the stability figures, e.g. 0.090:0.120:0.001 "
                                             "(default: none, the grid alone)."),
     runtime: str = RUNTIME_OPT,
-    factor: float = typer.Option(2.0, "--factor", metavar="F",
+    factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
     store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
                               help="Results store: runs already there are not simulated again."),

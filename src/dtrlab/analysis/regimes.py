@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..defaults import DEFAULT_SWITCH_FACTOR as DEFAULT_FACTOR  # one definition, in defaults
 from .runs import by_budget
-
-DEFAULT_FACTOR = 2.0
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from ..defaults import DEFAULT_SWITCH_FACTOR
 from ..sweep.grid import parse_ratios, ratio_literal
 from ..trace.lower import Program
 from .study import STUDY_TRACES
@@ -21,7 +22,7 @@ SUBJECT_POLICY = "dtr"
 RUNTIME = "eager-optimized"
 SEED = 0
 # A switch is two neighbouring feasible budgets whose overheads differ by more than this.
-SWITCH_FACTOR = 2.0
+SWITCH_FACTOR = DEFAULT_SWITCH_FACTOR
 # Runs recomputing more than (cap - 1) x the baseline are stopped as remat_limit: some baselines
 # (lru, size on the LSTM) thrash for minutes per budget otherwise. The study's overheads are far below.
 OVERHEAD_CAP = 20.0

@@ -61,7 +61,7 @@ def sweep(
                                                help=POLICY_HELP + " Repeatable; default: " + DEFAULT_POLICY + "."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: Optional[List[str]] = typer.Option(None, "--runtime", metavar="R",
-                                                help="Runtime (repeatable; default eager-optimized)."),
+                                                help="Runtime (repeatable; default " + DEFAULT_RUNTIME + ")."),
     store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
                               help="The DuckDB results file; runs already in it are skipped."),
     executor: ExecutorName = EXECUTOR_OPT,
