@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from ..sim.instruments import COMPUTE, EVENT_KINDS, EVICT, EVICT_EAGER
-from .source import Timeline, frames
+from .source import START_CLOCK_NS, Timeline, frames
 
 # Track uuids: one root for the run, slices and instants under it, then the counters.
-ROOT, OPERATORS, REMATS, EVICTIONS, EAGER = 1, 2, 3, 4, 5
+ROOT, OPERATORS, REMATS, EVICTIONS, EAGER, PENDING = 1, 2, 3, 4, 5, 6
 RESIDENT, PINNED, LOCKED, BUDGET, POOL = 10, 11, 12, 13, 14
 TRACK_NAMES = {OPERATORS: "operators (the schedule's own computes)",
                REMATS: "rematerializations (nested by recursion depth)",
+               PENDING: "pending at the OOM (the stack that ran out of memory)",
                EVICTIONS: "evictions chosen by the policy", EAGER: "eager evictions (last release)",
                RESIDENT: "resident bytes", PINNED: "pinned bytes", LOCKED: "locked bytes (unpinned)",
                BUDGET: "budget bytes", POOL: "evictable storages"}
@@ -41,6 +42,7 @@ class PerfettoStats:
     packets: int
     operator_slices: int
     remat_slices: int
+    pending_slices: int
     evictions: int
     eager_evictions: int
     counter_values: int
@@ -100,6 +102,7 @@ def _plan(tl: Timeline) -> list[tuple]:
             continue
         plan.append((slot, order, depth[r], max(start, lo), "begin", r))
         plan.append((r, _CLOSE, -depth[r], min(end, hi), "end", r))
+    plan += _pending(tl, fr, clock, depth, lo, hi)
     evict, eager = EVENT_KINDS[EVICT], EVENT_KINDS[EVICT_EAGER]
     last = {track: None for track, _ in COUNTERS}
     columns = {track: getattr(log, name).tolist() for track, name in COUNTERS}
@@ -113,6 +116,27 @@ def _plan(tl: Timeline) -> list[tuple]:
                 plan.append((r, _COUNTER, track, clock[r], "counter", r))
     plan.sort(key=lambda p: p[:3])
     return plan
+
+
+def _pending(tl: Timeline, fr, clock: list, depth: list, lo: float, hi: float) -> list[tuple]:
+    """The frames still on the stack when the run ran out of memory, open from their push to the OOM;
+    their row is -(1 + depth), as they close no row of the log."""
+    oom = tl.oom
+    if oom is None or not oom.frames:
+        return []
+    n = len(clock)
+    frame_depth = np.asarray(depth, np.int64)[fr.row]
+    out = []
+    for f in oom.frames:
+        # Pushed when the last finished frame no deeper than it closed: what finished since is deeper.
+        earlier = fr.row[frame_depth <= f.depth]
+        after = int(earlier[-1]) if len(earlier) else -1
+        opened = clock[after] if after >= 0 else START_CLOCK_NS
+        if oom.clock_ns < lo or opened > hi:
+            continue
+        out.append((after + 1, _OPEN, f.depth, max(opened, lo), "pending", -(1 + f.depth)))
+        out.append((n, _CLOSE, -f.depth, min(oom.clock_ns, hi), "end-pending", -(1 + f.depth)))
+    return out
 
 
 def _descriptor(builder, uuid: int, name: str, parent: int | None, counter_unit=None, first=False) -> None:
@@ -141,7 +165,7 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
     roots = program.storage_root
     terms = log.term_names
     plan = _plan(tl)
-    n = {"packets": 0, "operator_slices": 0, "remat_slices": 0, "evictions": 0, "eager_evictions": 0,
+    n = {"packets": 0, "operator_slices": 0, "remat_slices": 0, "pending_slices": 0, "evictions": 0, "eager_evictions": 0,
          "counter_values": 0}
     compute, evict = EVENT_KINDS[COMPUTE], EVENT_KINDS[EVICT]
     kind, clock, storage, tensor = log.kind, log.clock_ns, log.storage, log.tensor
@@ -150,12 +174,13 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
     with open(path, "wb") as f:
         builder = StreamingTraceProtoBuilder(f)
         _descriptor(builder, ROOT, f"dtrlab: {tl.title}", None, first=True)
-        for uuid in (OPERATORS, REMATS, EVICTIONS, EAGER):
+        for uuid in (OPERATORS, REMATS, PENDING, EVICTIONS, EAGER):
             _descriptor(builder, uuid, TRACK_NAMES[uuid], ROOT)
         for uuid in (RESIDENT, PINNED, LOCKED, BUDGET):
             _descriptor(builder, uuid, TRACK_NAMES[uuid], ROOT, "UNIT_SIZE_BYTES")
         _descriptor(builder, POOL, TRACK_NAMES[POOL], ROOT, "UNIT_COUNT")
-        n["packets"] += 10
+        n["packets"] += 11
+        frames_at_oom = {f.depth: f for f in tl.oom.frames} if tl.oom is not None else {}
 
         def packet(ts: int):
             p = builder.create_packet()
@@ -199,6 +224,20 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
                 if remat:
                     annotate(p, "depth", int(log.depth[r]))
                 n["remat_slices" if remat else "operator_slices"] += 1
+            elif what == "pending":
+                f = frames_at_oom[-(r + 1)]
+                op = f.op
+                ev.type, ev.track_uuid = TrackEvent.TYPE_SLICE_BEGIN, PENDING
+                ev.name_iid = interned.event(p, program.op_names[op])
+                annotate(p, "tensor", names[f.tensor])
+                annotate(p, "outputs", _outputs(program, op))
+                annotate(p, "cost_ns", int(program.op_cost_ns[op]))
+                annotate(p, "depth", f.depth)
+                annotate(p, "remat", int(f.remat))
+                annotate(p, "need_bytes", f.need_bytes)
+                n["pending_slices"] += 1
+            elif what == "end-pending":
+                ev.type, ev.track_uuid = TrackEvent.TYPE_SLICE_END, PENDING
             elif what == "end":
                 ev.type = TrackEvent.TYPE_SLICE_END
                 ev.track_uuid = OPERATORS if kind[r] == compute else REMATS
