@@ -17,7 +17,8 @@ from conftest import needs_compiled, require_compiled
 from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 from dtrlab.errors import UsageError
 from dtrlab.trace import load, shipped_traces
-from helpers import compatible_cases, synthetic_program
+from helpers import (assert_same_observations, compatible_cases, engines_observe_alike, every_instrument,
+                     synthetic_program)
 
 V2_RUNTIMES = [r for r in RUNTIMES.values() if not r.banishing]
 
@@ -54,6 +55,8 @@ def _assert_engines_agree(program, budget, policy, runtime, pseed=0):
     b = simulate(program, budget, policy, runtime, seed=pseed, engine="c").to_dict()
     assert a.pop("engine") == "python" and b.pop("engine") == "c"
     assert a == b
+    # and every instrument: counts, memory series, the event log row for row, the OOM snapshot
+    engines_observe_alike(program, budget, policy, runtime, pseed)
 
 
 @needs_compiled
@@ -187,13 +190,15 @@ def test_compiled_and_python_engines_agree_on_random_formulas(case):
     policy = formula_policy(data.draw(formula_nodes(features, max_leaves=8)))
     program = synthetic_program(seed)
     budget = budget_from_ratio(program, ratio)
-    a = simulate(program, budget, policy, runtime, engine="python").to_dict()
+    ins = every_instrument()
+    ra = simulate(program, budget, policy, runtime, engine="python", instruments=ins)
     try:
-        b = simulate(program, budget, policy, runtime, engine="c").to_dict()
+        rb = simulate(program, budget, policy, runtime, engine="c", instruments=ins)
     except UsageError as exc:  # a score past 128-bit integers: the default takes the exact path
         assert "128 bits" in str(exc)
-        b = simulate(program, budget, policy, runtime).to_dict()
-        assert b["engine"] == "python"
-        b["engine"] = "c"
-    assert a.pop("engine") == "python" and b.pop("engine") == "c"
+        rb = simulate(program, budget, policy, runtime, instruments=ins)
+        assert rb.engine == "python"
+    a, b = ra.to_dict(), rb.to_dict()
+    a.pop("engine"), b.pop("engine")
     assert a == b, policy.name
+    assert_same_observations(ra.observations, rb.observations)

@@ -293,7 +293,7 @@ class Observer:
         cols.update({name: np.asarray(self.cols[name], np.int64) for name in INT_COLUMNS})
         cols["score"] = np.asarray(self.cols["score"], np.float64)
         nan = (math.nan,) * len(names)
-        cols["terms"] = np.asarray([nan if t is None else t for t in self.terms], np.float64).reshape(-1, len(names))
+        cols["terms"] = np.asarray([nan if t is None else t for t in self.terms], np.float64).reshape(len(self.terms), len(names))
         return EventLog(**cols, term_names=names)
 
     # --- hooks -----------------------------------------------------------------------------
