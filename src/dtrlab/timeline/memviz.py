@@ -13,7 +13,6 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from ..sim.instruments import COMPUTE, EVENT_KINDS, EVICT, EVICT_EAGER, REMAT
 from .source import Timeline

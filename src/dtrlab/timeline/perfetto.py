@@ -168,7 +168,7 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
     n = {"packets": 0, "operator_slices": 0, "remat_slices": 0, "pending_slices": 0, "evictions": 0, "eager_evictions": 0,
          "counter_values": 0}
     compute, evict = EVENT_KINDS[COMPUTE], EVENT_KINDS[EVICT]
-    kind, clock, storage, tensor = log.kind, log.clock_ns, log.storage, log.tensor
+    kind, storage, tensor = log.kind, log.storage, log.tensor
     interned = _Interned()
     needs_state = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
     with open(path, "wb") as f:
