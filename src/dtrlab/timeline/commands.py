@@ -12,9 +12,9 @@ from typing import Optional
 
 import typer
 
-from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
+from ..analysis.commands import BYTES_OPT, JSON_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT, TRACE_OPT
 from ..errors import UsageError
-from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
+from ..options import POLICIES_FILE_OPT, SOURCE_ARG, TRACES_OPT
 from ..output import print_json
 from ..trace import resolve_source
 
@@ -43,41 +43,35 @@ def write(tl, fmt: Format | str, path: str | Path):
 def timeline_cmd(
     source: Optional[str] = SOURCE_ARG,
     traces: Optional[str] = TRACES_OPT,
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME",
-                                        help="The trace whose name starts with NAME (needed when SOURCE holds several)."),
-    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
-                                          help="Budget as a fraction of the unconstrained peak memory."),
-    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
+    trace: Optional[str] = TRACE_OPT,
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
+    policy: Optional[str] = POLICY_OPT,
     policies_file: Optional[str] = POLICIES_FILE_OPT,
-    runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime", help="Runtime."),
+    runtime: str = RUNTIME_OPT,
     fmt: Format = typer.Option(..., "--format", "-f", help="perfetto (ui.perfetto.dev), memviz "
                                                            "(pytorch.org/memory_viz) or csv."),
     out: str = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the timeline."),
     window: Optional[str] = typer.Option(None, "--window", metavar="START:END",
                                          help="Keep only this stretch of the simulated clock (ns, both included)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was written as one JSON object."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Write one run's timeline: operators, rematerializations, evictions and memory over the clock."""
     source = resolve_source(source, traces)
-    from ..sim.policies import get_policy
-    from ..sim.policyfile import policy_given
-    from ..sim.runtimes import get_runtime
-    from ..sim.simulate import budget_of, check_budget_args, check_compatible
-    from ..trace import load_one
+    from ..analysis.commands import _load, _policy
+    from ..sim.simulate import budget_of, check_budget_args
     from .source import parse_window, record
 
     check_budget_args(ratio, budget_bytes)
     cut = parse_window(window)
-    policy = policy_given(policy, policies_file)
-    check_compatible(get_policy(policy), get_runtime(runtime))
+    policy = _policy(policy, policies_file)
     target = Path(out)
     if target.is_dir():
         raise UsageError(f"{out}: is a folder; --out names the file to write")
     if not target.parent.is_dir():
         raise UsageError(f"{target.parent}: no such folder")
-    program = load_one(source, trace)
+    program = _load(source, trace, policy, runtime)  # checks the names before reading the trace
     budget = budget_of(program, ratio, budget_bytes)
     t0 = time.perf_counter()
     tl = record(program, budget, policy, runtime, ratio=ratio, seed=seed).cut(cut)

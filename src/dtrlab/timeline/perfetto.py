@@ -56,18 +56,17 @@ class _Interned:
         self.annotations: dict[str, int] = {}
 
     def event(self, packet, name: str) -> int:
-        iid = self.events.get(name)
-        if iid is None:
-            iid = self.events[name] = len(self.events) + 1
-            entry = packet.interned_data.event_names.add()
-            entry.iid, entry.name = iid, name
-        return iid
+        return self._iid(self.events, packet.interned_data.event_names, name)
 
     def annotation(self, packet, name: str) -> int:
-        iid = self.annotations.get(name)
-        if iid is None:
-            iid = self.annotations[name] = len(self.annotations) + 1
-            entry = packet.interned_data.debug_annotation_names.add()
+        return self._iid(self.annotations, packet.interned_data.debug_annotation_names, name)
+
+    @staticmethod
+    def _iid(table: dict[str, int], entries, name: str) -> int:
+        iid = table.get(name)
+        if iid is None:  # first use on the sequence: this packet carries the string
+            iid = table[name] = len(table) + 1
+            entry = entries.add()
             entry.iid, entry.name = iid, name
         return iid
 
