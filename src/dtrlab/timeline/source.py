@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
 from ..errors import UsageError
 from ..sim.instruments import COMPUTE, EVENT_KINDS, REMAT, Instruments, OomSnapshot
 from ..sim.result import RunResult
@@ -80,7 +81,7 @@ class Timeline:
         return replace(self, window=window)
 
 
-def record(program: Program, budget_bytes: int, policy: str = "dtr", runtime: str = "eager-optimized",
+def record(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY, runtime: str = DEFAULT_RUNTIME,
            ratio: float | None = None, seed: int = 0, engine: str = "auto") -> Timeline:
     """Simulate one run with the event log on (whichever engine supports it) and keep it."""
     from ..sim.simulate import simulate
