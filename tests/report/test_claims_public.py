@@ -74,3 +74,28 @@ def test_b1_b2_are_reproduced(claims_run):
     assert b1.evidence["infeasible_ratios"] == want["infeasible_ratios"]
     assert b1.evidence["next_feasible_ratio"] == want["next_feasible_ratio"]
     assert b2.evidence["explained"] == b2.evidence["frontier_exceeds_budget"] == len(want["infeasible_ratios"])
+
+
+def test_the_report_writes_and_links_the_pairs_and_an_ooms_timelines(claims_run, tmp_path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    from report_checks import CHROMIUM, check_in_chromium, local_links
+
+    want = golden("study_lstm_pair")
+    files = {f.path: f for f in claims_run.timelines.files}
+    fast, slow = want["fast_ratio"], claims_run.study_pair.largest.slow.ratio
+    stems = {f"timelines/lstm-{fast:g}-dtr", f"timelines/lstm-{slow:g}-dtr", "timelines/resnet32-0.102-dtr-oom"}
+    assert {p.rsplit(".", 1)[0] for p in files} == stems
+    for path, f in files.items():
+        on_disk = claims_run.out_dir / path
+        assert on_disk.stat().st_size == f.size_bytes
+        if f.fmt == "perfetto":
+            assert len(Trace.FromString(on_disk.read_bytes()).packet) > 0
+    html = (claims_run.out_dir / "report.html").read_text()
+    assert sorted(local_links(html)) == sorted(files)
+    for f in files.values():  # one sentence on how to open each
+        assert f.how in html
+    assert {"switch-timeline", "lstm-zoom"} <= set(claims_run.figures)
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run does)")
+    check_in_chromium(claims_run, tmp_path)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -33,8 +31,8 @@ from dtrlab.sweep.store import Store
 from dtrlab.trace import load
 
 from conftest import TRACES, needs_shared, require_shared
+from report_checks import CHROMIUM, check_in_chromium, check_png, local_links
 
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 TINY = Path(dtrlab.__file__).parent / "data" / "examples" / "tiny.jsonl"
 SHIPPED = Path(dtrlab.__file__).parent / "data" / "traces"
 
@@ -144,11 +142,7 @@ def test_shipped_quick(shipped):
     assert any(name.startswith("overhead-") for name in shipped.figures)
 
 
-def _check_png(path: Path) -> None:
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
-    width, height = struct.unpack(">II", data[16:24])
-    assert width > 200 and height > 100, (path, width, height)
+_check_png = check_png
 
 
 def _check_svg(path: Path) -> None:
@@ -198,22 +192,10 @@ def test_cli_rerun_simulates_nothing_and_writes_the_same_bytes(shipped, tmp_path
 @needs_shared
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)")
 def test_report_in_headless_chromium(public, tmp_path):
-    page = (public.out_dir / "report.html").resolve().as_uri()
-    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", "--no-first-run",
-              f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    shot = tmp_path / "report.png"
-    proc = subprocess.run(common + [f"--screenshot={shot}", "--window-size=1280,4000", page],
-                          capture_output=True, text=True, timeout=120)
-    assert shot.is_file(), proc.stderr[-2000:]
-    _check_png(shot)
-    # Messages the page itself logged (console errors, failed loads) name its file or say CONSOLE.
-    page_errors = [line for line in proc.stderr.splitlines()
-                   if "CONSOLE" in line or ("report.html" in line and "ERROR" in line)]
-    assert not page_errors, page_errors
-    dom = subprocess.run(common + ["--dump-dom", page], capture_output=True, text=True, timeout=120).stdout
-    n = len(public.figures)
-    assert f'data-figures="loaded:{n}"' in dom, dom[-500:]
+    dom = check_in_chromium(public, tmp_path)
+    # The timelines it links are there, next to it.
+    links = local_links(dom)
+    assert links and all((public.out_dir / link).is_file() for link in links), links
 
 
 # --- the first screen, the quick plan, reproducible bytes -------------------------------------

@@ -229,6 +229,9 @@ def compare_cmd(
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     top: int = typer.Option(10, "--top", metavar="N", help="How many re-evicted storages to list."),
+    plot: Optional[str] = typer.Option(None, "--plot", metavar="OUT.png",
+                                       help="Draw both runs over the simulated clock (memory, recompute, evictions) "
+                                            "with their first divergent eviction marked."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Compare two budgets' runs storage by storage: evictions, re-evictions, extra recompute."""
@@ -239,6 +242,10 @@ def compare_cmd(
 
     program, a, b = _two(source, trace, policy, runtime, between)
     churn = compare_runs(program, a, b, policy, runtime, top)
+    if plot:
+        from ..timeline.switchplot import draw_switch
+
+        typer.echo(f"figure: {draw_switch(program, a, b, policy, runtime, plot)}", err=True)
     if as_json:
         print_json(churn.to_dict())
         return

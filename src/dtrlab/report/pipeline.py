@@ -119,6 +119,7 @@ class Reproduction:
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     new_runs: int = 0  # simulated by this call; the rest were in the store
     peaks: tuple[PeakGap, ...] = ()  # traces that carry a recorder peak (captures): the three peaks
+    timelines: object = None  # report.timelines.Timelines: files written next to report.html, switch series
     timings: dict = field(default_factory=dict)  # stage -> seconds (run.json, not the report: it varies)
     wall_s: float = 0.0
 
@@ -153,7 +154,7 @@ def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float,
 STAGES = ("reading traces", "coarse curves", "fine scans around every switch and failure",
           "churn and first divergence of the focus", "ablation table (16 ab-* policies)",
           "explaining every inversion's out-of-memory", "churn of every neighbouring fine switch",
-          "claims of the study", "figures, report.html, summary.md, results.parquet")
+          "timelines of the focus switch and an out-of-memory", "claims of the study", "figures, report.html, summary.md, results.parquet")
 
 
 class _Stages:
@@ -284,8 +285,12 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     finally:
         store.close()
 
+    with stages.stage("timelines of the focus switch and an out-of-memory"):
+        from .timelines import write_timelines
+
+        written = write_timelines(out, by_name, focus, ooms)
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
-                         study_pair=pair, new_runs=new_runs, peaks=peaks)
+                         study_pair=pair, new_runs=new_runs, peaks=peaks, timelines=written)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):

@@ -49,6 +49,7 @@ def _figures(repro) -> dict[str, dict]:
         keep("evictions-per-storage", plots.eviction_histograms(
             f.trace, f.policy, (f.switch.fast.ratio, f.per_storage_fast), (f.switch.slow.ratio, f.per_storage_slow)),
              f"{f.trace}: how often each evicted storage is evicted in the fast and the slow run of the largest switch.")
+    _timeline_figures(repro, keep)
     cases = [c for c in repro.ooms if c.series is not None]
     if cases:
         # What the data shows, not a trace's name: the subject policy's deepest frontier (the most
@@ -64,6 +65,24 @@ def _figures(repro) -> dict[str, dict]:
         keep("ablation-heatmap", plots.ablation_heatmap(a.trace, a.ratios, a.curves),
              f"{a.trace}: every ablation of the DTR score over the budgets around the focus.")
     return out
+
+
+def _timeline_figures(repro, keep) -> None:
+    """The switch over the simulated clock and the zoomed LSTM comb (report.timelines draws them)."""
+    from . import timelines as tls
+
+    t, f = repro.timelines, repro.focus
+    if t is not None and t.fast is not None:
+        keep("switch-timeline", tls.switch_figure(t, f.divergence if f is not None else None),
+             f"{t.switch_trace}: the fast ({t.fast.label}) and the slow ({t.slow.label}) run of the switch over the "
+             "simulated clock: resident memory against each budget, cumulative recompute time, and every eviction "
+             "by storage; dotted: the first eviction where the two runs choose differently.")
+    pair = repro.study_pair
+    if pair is not None and tls.zoom_runs(repro.curves[(pair.trace, SUBJECT_POLICY)])[0]:
+        lo, hi = tls.ZOOM_RATIOS
+        keep("lstm-zoom", tls.zoom_figure(pair.trace, repro.curves[(pair.trace, SUBJECT_POLICY)], pair),
+             f"{pair.trace}: the budgets between {lo:g} and {hi:g} that the full curve smears, one marker per "
+             f"budget, coloured by regime; circled and labelled: the study's pair ({pair.labels}).")
 
 
 RUN_RECORD = "run.json"

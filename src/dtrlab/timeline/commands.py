@@ -1,0 +1,95 @@
+"""`dtrlab timeline`: one run's events written for Perfetto, PyTorch's memory viewer, or pandas.
+
+A thin typer layer: check the arguments, record the run (timeline.source), call one format's writer.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..analysis.commands import BYTES_OPT, JSON_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT, TRACE_OPT
+from ..errors import UsageError
+from ..options import POLICIES_FILE_OPT, SOURCE_ARG, TRACES_OPT
+from ..output import print_json
+from ..trace import resolve_source
+
+
+class Format(str, Enum):
+    perfetto = "perfetto"
+    memviz = "memviz"
+    csv = "csv"
+
+
+# Each format's writer: (module, function); imported only when asked for (perfetto's protos are big).
+WRITERS = {Format.perfetto: ("perfetto", "write_perfetto"), Format.memviz: ("memviz", "write_memviz"),
+           Format.csv: ("table", "write_csv")}
+# The file name ending each format conventionally has (docs/timelines.md says how to open each).
+SUFFIXES = {Format.perfetto: ".pftrace", Format.memviz: ".pickle", Format.csv: ".csv"}
+
+
+def write(tl, fmt: Format | str, path: str | Path):
+    """Write the timeline `tl` in format `fmt` to `path`; the writer's counts."""
+    import importlib
+
+    module, name = WRITERS[Format(fmt)]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)(tl, path)
+
+
+def timeline_cmd(
+    source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
+    trace: Optional[str] = TRACE_OPT,
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
+    policy: Optional[str] = POLICY_OPT,
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
+    runtime: str = RUNTIME_OPT,
+    fmt: Format = typer.Option(..., "--format", "-f", help="perfetto (ui.perfetto.dev), memviz "
+                                                           "(pytorch.org/memory_viz) or csv."),
+    out: str = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the timeline."),
+    window: Optional[str] = typer.Option(None, "--window", metavar="START:END",
+                                         help="Keep only this stretch of the simulated clock (ns, both included)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Write one run's timeline: operators, rematerializations, evictions and memory over the clock."""
+    source = resolve_source(source, traces)
+    from ..analysis.commands import _load, _policy
+    from ..sim.simulate import budget_of, check_budget_args
+    from .source import parse_window, record
+
+    check_budget_args(ratio, budget_bytes)
+    cut = parse_window(window)
+    policy = _policy(policy, policies_file)
+    target = Path(out)
+    if target.is_dir():
+        raise UsageError(f"{out}: is a folder; --out names the file to write")
+    if not target.parent.is_dir():
+        raise UsageError(f"{target.parent}: no such folder")
+    program = _load(source, trace, policy, runtime)  # checks the names before reading the trace
+    budget = budget_of(program, ratio, budget_bytes)
+    t0 = time.perf_counter()
+    tl = record(program, budget, policy, runtime, ratio=ratio, seed=seed).cut(cut)
+    t1 = time.perf_counter()
+    counts = write(tl, fmt, target)
+    t2 = time.perf_counter()
+    r = tl.result
+    info = {"trace": program.name, "policy": r.policy, "runtime": r.runtime, "ratio": ratio, "budget_bytes": budget,
+            "outcome": r.outcome, "engine": r.engine, "events": len(tl.log), "format": fmt.value,
+            "window": cut.label if cut else None, "out": str(target), "file_bytes": target.stat().st_size,
+            "simulate_s": round(t1 - t0, 3), "write_s": round(t2 - t1, 3),
+            "written": counts if isinstance(counts, int) else counts.__dict__}
+    if as_json:
+        print_json(info)
+        return
+    typer.echo(f"{target}: {fmt.value}, {info['file_bytes']:,} bytes, {tl.title} ({len(tl.log):,} events, "
+               f"{r.engine} engine; simulated in {info['simulate_s']:.2f} s, written in {info['write_s']:.2f} s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("timeline")(timeline_cmd)
