@@ -193,6 +193,29 @@ def pairs_of(switches, inversions) -> list[tuple[str, object, object, float | No
     return sorted(out, key=lambda p: (min(p[1].budget_bytes, p[2].budget_bytes), p[0]))
 
 
+# The mechanisms table, as `scan --mechanisms` prints it and the report shows it.
+MECHANISM_COLUMNS = ("trace", "kind", "runs", "outcomes", "factor", "evictions per evicted storage", "churn rate",
+                     "jaccard", "pool empty", "depth (remats)", "pinned / locked share", "over budget",
+                     "first divergence", "flipped by", "mechanism")
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def mechanism_row(s: Signature) -> tuple[str, ...]:
+    """One Signature as the table's text, in MECHANISM_COLUMNS order."""
+    r, u = s.reference, s.unstable
+    depth = "-" if u.depth is None else f"{u.depth} ({u.remats})"
+    shares = "-" if u.pinned_share is None else f"{_share(u.pinned_share)} / {_share(u.locked_share)}"
+    over = "-" if u.over_budget is None else ("yes" if u.over_budget else "no")
+    return (s.trace, s.kind, s.label, f"{r.outcome}/{u.outcome}", "-" if s.factor is None else f"{s.factor:.2f}x",
+            f"{r.per_evicted_storage:.2f} -> {u.per_evicted_storage:.2f}",
+            f"{s.churn_rate:.2f}" if math.isfinite(s.churn_rate) else "inf", f"{s.jaccard:.3f}",
+            "yes" if u.pool_empty else "no", depth, shares, over,
+            "-" if s.divergence_index is None else f"{s.divergence_index:,}", s.flipped_by or "-", s.mechanism)
+
+
 def counts_table(signatures) -> dict[str, dict[str, int]]:
     """trace -> {kind of instability -> how many}, every mechanism present (zeros included)."""
     out: dict[str, dict[str, int]] = {}
