@@ -1,25 +1,30 @@
-"""Instruments: per-storage counts agree with the run's totals and with the compiled engine."""
+"""Instruments: per-storage counts, the event log and the OOM snapshot agree with the run's totals,
+with a recomputation from scratch, with the score formula, and between the two engines."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 from cases import chain_program, fan_program, synthetic_program
-from conftest import have_compiled, needs_shared, public_program
+from conftest import have_compiled, needs_compiled, needs_shared, public_program
+from helpers import assert_same_observations, every_instrument
 
-from dtrlab.sim.cengine import run_compiled
-from dtrlab.sim.instruments import LOCKED, PINNED_CONSTANT, Instruments
+from dtrlab.sim import formula as fm
+from dtrlab.sim import pyengine
+from dtrlab.sim.instruments import (EVENT_KINDS, EVICT, EVICT_EAGER, LOCK, LOCKED, PINNED_CONSTANT, REMAT,
+                                    Instruments, Observer)
 from dtrlab.sim.policies import get_policy
 from dtrlab.sim.runtimes import get_runtime
 from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 
-ALL = Instruments(per_storage=True, memory_series=True, events=True, oom_snapshot=True)
+ALL = every_instrument()
 
 
 def _check_against(program, budget_bytes, policy="dtr", runtime="eager-optimized"):
-    res = simulate(program, budget_bytes, policy, runtime, instruments=ALL)
+    res = simulate(program, budget_bytes, policy, runtime, instruments=ALL, engine="python")
     o = res.observations
-    assert res.engine == "python"
     assert int(o.policy_evictions.sum()) == res.evictions
     assert int(o.eager_evictions.sum()) == res.eager_evictions
     assert len(o.evicted) == res.distinct_evicted
@@ -28,12 +33,12 @@ def _check_against(program, budget_bytes, policy="dtr", runtime="eager-optimized
     if len(o.memory_series):
         assert o.memory_series[:, 1].max() <= res.peak_bytes
         assert (np.diff(o.memory_series[:, 0]) >= 0).all()
+    log = o.events
+    assert len(log.rows(kind=EVICT)) == res.evictions and len(log.rows(kind=EVICT_EAGER)) == res.eager_evictions
     if have_compiled():
-        c = run_compiled(program, budget_bytes, get_policy(policy), get_runtime(runtime), counts=True)
-        sc = c["storage_counts"]
-        assert np.array_equal(sc["policy_evictions"], o.policy_evictions)
-        assert np.array_equal(sc["eager_evictions"], o.eager_evictions)
-        assert np.array_equal(sc["rematerializations"], o.rematerializations)
+        c = simulate(program, budget_bytes, policy, runtime, instruments=ALL)
+        assert c.engine == "c" and dict(c.to_dict(), engine="python") == res.to_dict()
+        assert_same_observations(o, c.observations)
     return res
 
 
@@ -50,6 +55,10 @@ def test_chain_counts_known_by_construction():
     assert o.policy_evictions.tolist() == [0, 1, 0, 1, 1]
     assert o.rematerializations.tolist() == [0, 1, 0, 1, 0]
     assert o.oom.memory_bytes == 400 and o.oom.need_bytes == 100 and o.oom.pool_size == 0
+    # the log by construction: x1..x4 computed at depth 0 by the schedule, x1 and x3 recomputed
+    remats = o.events.rows(kind=REMAT)
+    assert remats.storage.tolist() == [1, 3] and (remats.depth >= 0).all()
+    assert o.events.rows(kind="compute").storage.tolist() == [0, 1, 2, 3, 4]
 
 
 def test_eager_evictions_are_the_released_storages():
@@ -57,22 +66,88 @@ def test_eager_evictions_are_the_released_storages():
     res = _check_against(p, 10_000)
     assert res.ok and res.observations.eager_evictions.tolist() == [0, 1, 1, 0, 0]
     assert res.evictions == 0
+    assert res.observations.events.rows(kind=EVICT_EAGER).storage.tolist() == [1, 2]
 
 
 def test_oom_snapshot_names_locked_inputs():
     # h(a1, a2, a3) needs 100 more bytes with w pinned and its three inputs locked: 500 > 400.
-    res = simulate(fan_program(3), 400, instruments=Instruments())
-    snap = res.observations.oom
-    assert res.outcome == "oom" and snap.pool_size == 0
-    reasons = {r.storage: r.reason for r in snap.residents}
-    assert reasons == {0: PINNED_CONSTANT, 1: LOCKED, 2: LOCKED, 3: LOCKED}
-    assert [f.depth for f in snap.frames] == [0]
+    for engine in ("python", "c") if have_compiled() else ("python",):
+        res = simulate(fan_program(3), 400, instruments=Instruments(), engine=engine)
+        snap = res.observations.oom
+        assert res.outcome == "oom" and snap.pool_size == 0
+        reasons = {r.storage: r.reason for r in snap.residents}
+        assert reasons == {0: PINNED_CONSTANT, 1: LOCKED, 2: LOCKED, 3: LOCKED}
+        assert [f.depth for f in snap.frames] == [0]
 
 
 def test_instruments_off_parts_are_none():
-    res = simulate(chain_program(3), 10_000, instruments=Instruments(per_storage=False, oom_snapshot=False))
-    o = res.observations
-    assert o.policy_evictions is None and o.memory_series is None and o.events is None and o.evicted is None
+    for engine in ("python", "c") if have_compiled() else ("python",):
+        res = simulate(chain_program(3), 10_000, instruments=Instruments(per_storage=False, oom_snapshot=False),
+                       engine=engine)
+        o = res.observations
+        assert o.policy_evictions is None and o.memory_series is None and o.events is None and o.evicted is None
+
+
+class _FromScratch(Observer):
+    """The Python engine's observer, checking each row's state columns against the engine's state
+    summed from scratch at that moment (the log keeps them incrementally)."""
+
+    def _row(self, engine, kind, s, t=-1, depth=-1, score=math.nan, terms=None):
+        super()._row(engine, kind, s, t, depth, score, terms)
+        resident = [x for x in range(len(engine.material)) if engine.material[x]]
+        pinned = sum(engine.s_size[x] for x in resident if engine.pinned[x])
+        locked = sum(engine.s_size[x] for x in resident if not engine.pinned[x] and engine.ref_int[x] > 0)
+        c = self.cols
+        assert (c["pinned_bytes"][-1], c["locked_bytes"][-1]) == (pinned, locked)
+        assert c["pool_size"][-1] == sum(1 for x in resident if x in engine.pool)
+        if kind in ("compute", "remat"):
+            assert depth == len(self._stack) - 1 and engine.material[s]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("policy, runtime", [("dtr", "eager-optimized"), ("dtr-eq", "optimized"),
+                                             ("dtr-unopt", "lazy"), ("random", "eager"), ("lru", "banishing")])
+def test_event_log_state_columns_equal_a_recount(seed, policy, runtime):
+    p = synthetic_program(seed, 50)
+    pol, rt = get_policy(policy), get_runtime(runtime)
+    for frac in (0.4, 0.7):
+        obs = _FromScratch(ALL, p)
+        engine = pyengine.Engine(p, int(baseline(p).peak_bytes * frac), pol, rt, math.inf, seed, obs)
+        outcome = engine.run()
+        log = obs.finish(engine, outcome).events
+        assert len(log.rows(kind="compute")) >= (p.n_ops if outcome == "ok" else 1)
+        assert int(log.rows(kind=LOCK).storage.size) > 0
+        # a rematerialization's time is the cost of its operator: the log's remat rows add up
+        remat = log.rows(kind=REMAT)
+        assert int(p.op_cost_ns[p.tensor_op[remat.tensor]].sum()) == engine.remat_ns
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("policy", ["dtr", "dtr-eq", "msps", "lru", "ab-local-size",
+                                    "score: (compute + estar) / (size * staleness ** 2) + evictions"])
+def test_eviction_rows_score_is_the_formula_of_their_terms(seed, policy):
+    """Each policy eviction's score is the policy's formula evaluated on the row's terms."""
+    p = synthetic_program(seed, 50)
+    pol = get_policy(policy)
+    res = simulate(p, int(baseline(p).peak_bytes * 0.4), pol, instruments=ALL, engine="python")
+    log = res.observations.events
+    ev = log.rows(kind=EVICT)
+    assert len(ev) == res.evictions > 0
+    assert log.term_names == tuple(f for f in fm.FEATURES if f in pol.formula.features)
+    assert np.isnan(log.rows(kind=("compute", "remat", "lock", "evict_eager")).score).all()
+    for score, terms in zip(ev.score.tolist(), ev.terms.tolist()):
+        values = {n: int(v) if math.isfinite(v) else v for n, v in zip(log.term_names, terms)}
+        assert float(fm.evaluate(pol.formula, values)) == score
+
+
+def test_event_iteration_and_filters():
+    res = simulate(chain_program(4), 400, instruments=ALL)
+    log = res.observations.events
+    events = list(log)
+    assert [e.kind for e in events] == [list(EVENT_KINDS)[k] for k in log.kind.tolist()]
+    assert len(log.rows(kind=("evict", "evict_eager"))) == res.evictions + res.eager_evictions
+    with pytest.raises(ValueError, match="unknown event kind"):
+        log.rows(kind="evicted")
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -89,3 +164,15 @@ def test_synthetic_counts_agree(seed, policy):
 def test_resnet32_counts_agree(ratio):
     p = public_program("resnet32")
     _check_against(p, budget_from_ratio(p, ratio))
+
+
+@needs_shared
+@needs_compiled
+@pytest.mark.parametrize("ratio", [0.102, 0.103, 0.104, 0.105, 0.106])
+def test_resnet32_oom_snapshot_is_the_same_from_both_engines(ratio):
+    p = public_program("resnet32")
+    budget = budget_from_ratio(p, ratio)
+    ins = Instruments(per_storage=False, oom_snapshot=True)
+    a = simulate(p, budget, instruments=ins, engine="python").observations.oom
+    b = simulate(p, budget, instruments=ins, engine="c").observations.oom
+    assert a is not None and a == b and len(a.frames) > 10

@@ -55,3 +55,41 @@ def compatible_cases() -> list[tuple[str, str]]:
                 continue
             cases.append((p, r.name))
     return cases
+
+
+def every_instrument():
+    from dtrlab.sim.instruments import Instruments
+
+    return Instruments(per_storage=True, memory_series=True, events=True, oom_snapshot=True)
+
+
+def assert_same_observations(a, b) -> None:
+    """Two runs' Observations are equal part for part: counts, memory series, event log row for
+    row (NaN equal to NaN), OOM snapshot."""
+    import numpy as np
+
+    for name in ("policy_evictions", "eager_evictions", "rematerializations", "memory_series"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert a.evicted == b.evicted
+    assert a.oom == b.oom
+    ea, eb = a.events, b.events
+    assert ea.term_names == eb.term_names and len(ea) == len(eb)
+    for name, col in ea.columns().items():
+        other = eb.columns()[name]
+        assert col.dtype == other.dtype, name
+        same = np.array_equal(col, other, equal_nan=col.dtype.kind == "f")
+        if not same:
+            rows = np.flatnonzero(~np.all((col == other) | (col != col) & (other != other), axis=-1)
+                                  if col.ndim > 1 else (col != other) & ~((col != col) & (other != other)))
+            raise AssertionError(f"event column {name} differs first at row {rows[0]}: {col[rows[0]]} != {other[rows[0]]}")
+
+
+def engines_observe_alike(program, budget, policy, runtime, seed: int = 0, **kwargs) -> None:
+    """The run with every instrument on each engine: the same counters and the same observations."""
+    ins = every_instrument()
+    a = simulate(program, budget, policy, runtime, seed=seed, instruments=ins, engine="python", **kwargs)
+    b = simulate(program, budget, policy, runtime, seed=seed, instruments=ins, engine="c", **kwargs)
+    da, db = a.to_dict(), b.to_dict()
+    assert da.pop("engine") == "python" and db.pop("engine") == "c"
+    assert da == db
+    assert_same_observations(a.observations, b.observations)

@@ -1,5 +1,5 @@
 """Where two budgets' runs part ways: the first policy eviction that differs, and the score terms
-of both runs' candidates at that choice (compiled engine to find it, Python engine to look)."""
+of both runs' candidates at that choice (either engine's event log to find it, the Python engine to look)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
-from ..sim import cengine, pyengine
+from ..sim import pyengine
+from ..sim.instruments import EVICT, Instruments
 from ..sim.policies import DEFAULT_POLICY, get_policy
 from ..sim.runtimes import DEFAULT_RUNTIME, get_runtime
-from ..sim.simulate import check_compatible
+from ..sim.simulate import check_compatible, simulate
 from ..trace.lower import Program
 from .scan import Budget
 
@@ -92,10 +93,12 @@ class _AtChoice:
         raise AttributeError(name)
 
 
-def _policy_log(program: Program, budget_bytes: int, pol, rt) -> np.ndarray:
-    out = cengine.run_compiled(program, budget_bytes, pol, rt, log=True)
-    log = out["eviction_log"]
-    return log[log[:, 2] == 1]
+def _policy_log(program: Program, budget_bytes: int, pol, rt, engine: str) -> np.ndarray:
+    """The run's policy evictions as rows [clock_ns, storage]."""
+    res = simulate(program, budget_bytes, pol, rt, engine=engine,
+                   instruments=Instruments(per_storage=False, events=True, oom_snapshot=False))
+    log = res.observations.events.rows(kind=EVICT)
+    return np.stack([log.clock_ns, log.storage], axis=1)
 
 
 def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names) -> Choice:
@@ -112,15 +115,14 @@ def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names
 
 
 def diverge(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
-            runtime: str = DEFAULT_RUNTIME) -> Divergence:
-    """The first policy eviction where runs a and b differ, and the score terms there."""
+            runtime: str = DEFAULT_RUNTIME, engine: str = "auto") -> Divergence:
+    """The first policy eviction where runs a and b differ, and the score terms there; `engine`
+    runs the two logs (simulate's choice), the terms always come from the Python engine."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
     if pol.score is None:
         raise UsageError(f"policy {pol.name} chooses at random: there are no score terms to compare")
-    if not cengine.supports(pol, rt, program):
-        raise UsageError(f"diverge needs the compiled engine for {pol.name} / {rt.name}")
-    la, lb = _policy_log(program, a.budget_bytes, pol, rt), _policy_log(program, b.budget_bytes, pol, rt)
+    la, lb = (_policy_log(program, x.budget_bytes, pol, rt, engine) for x in (a, b))
     n = min(len(la), len(lb))
     differ = np.flatnonzero(la[:n, 1] != lb[:n, 1])
     if len(differ):

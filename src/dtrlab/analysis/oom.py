@@ -114,9 +114,9 @@ def report_of(program: Program, snap: OomSnapshot, policy: str, runtime: str) ->
 
 
 def explain_oom(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY,
-                runtime: str = DEFAULT_RUNTIME) -> OomReport:
-    """Run once on the Python engine with the OOM instrument and explain where it stopped."""
-    res = simulate(program, budget_bytes, policy, runtime,
+                runtime: str = DEFAULT_RUNTIME, engine: str = "auto") -> OomReport:
+    """Run once with the OOM instrument (on `engine`, simulate's choice) and explain where it stopped."""
+    res = simulate(program, budget_bytes, policy, runtime, engine=engine,
                    instruments=Instruments(per_storage=False, oom_snapshot=True))
     if res.outcome != OOM:
         raise UsageError(f"{program.name} does not run out of memory under {budget_bytes} bytes "

@@ -260,6 +260,7 @@ typedef struct {
     const i32 *f_ptr, *f_list, *f_birth, *r_ptr, *r_list, *r_birth;
     const signed char *step_kind;
     const i32 *step_target;
+    const signed char *s_const; /* per storage: its root tensor's operator is a constant */
 } Prog;
 
 /* ---- state ------------------------------------------------------------------------------ */
@@ -272,6 +273,29 @@ enum { STEP_COMPUTE = 0, STEP_GET = 1, STEP_PIN = 2, STEP_RELEASE = 3 };
 typedef struct {
     u64 *interior, *frontier;
 } Bits;
+
+/* ---- instruments: the event log and the OOM snapshot (instruments.py owns their meaning) ----
+ * Event kinds, the log's int64 columns and the OOM reasons, exported by name and checked by
+ * cengine.py at import against instruments.py's tables. */
+enum { EV_COMPUTE = 0, EV_REMAT, EV_EVICT, EV_EVICT_EAGER, EV_LOCK, N_EVENT_KINDS };
+static const char *EVENT_KIND_NAMES[N_EVENT_KINDS] = {"compute", "remat", "evict", "evict_eager", "lock"};
+enum { C_CLOCK = 0, C_STORAGE, C_TENSOR, C_DEPTH, C_MEMORY, C_PINNED, C_LOCKED, C_POOL, N_INT_COLS };
+static const char *INT_COLUMN_NAMES[N_INT_COLS] = {"clock_ns", "storage", "tensor", "depth", "memory_bytes",
+                                                   "pinned_bytes", "locked_bytes", "pool_size"};
+enum { R_PINNED_CONSTANT = 0, R_PINNED_OUTPUT, R_LOCKED, R_EVICTABLE, R_OUTSIDE_POOL, N_OOM_REASONS };
+static const char *OOM_REASON_NAMES[N_OOM_REASONS] = {"pinned constant", "pinned output", "locked", "evictable",
+                                                      "outside pool"};
+/* A storage's share of the byte columns: neither, resident on a locked unpinned storage, pinned */
+enum { SHARE_FREE = 0, SHARE_LOCKED, SHARE_PINNED };
+
+/* Growable columns, one row per event; rows are appended only when the log was asked for. */
+typedef struct {
+    signed char *kind;
+    i64 *ints[N_INT_COLS];
+    double *score, *terms; /* terms: n_terms per row */
+    i64 n, cap;
+    int n_terms;
+} EvLog;
 
 typedef struct {
     const Prog *p;
@@ -339,9 +363,12 @@ typedef struct {
     /* optional instruments */
     i64 *cnt_policy, *cnt_eager, *cnt_remat;
     i64 *hist_evict, *hist_remat; /* the history features (per storage), when the score reads them */
-    i64 *log; /* triples: clock, storage, by_policy */
-    i64 log_n, log_cap;
-    int want_log;
+    int ev_on;              /* the event log is wanted */
+    EvLog ev;
+    unsigned char *share;   /* per storage: SHARE_* */
+    i64 share_bytes[3];     /* resident bytes by share */
+    int have_choice;        /* a policy choice's score and terms wait for its eviction's row */
+    double choice_score, choice_terms[N_FEATURES];
     int nomem;
 } St;
 
@@ -369,13 +396,73 @@ static void pool_remove(St *S, i32 s) {
     S->pool_n--;
 }
 
+/* ---- the event log ------------------------------------------------------------------------- */
+
+/* Keep the byte columns current: every change to a storage's residency, pin or lock calls this. */
+static inline void reshare(St *S, i32 s) {
+    int share = S->material[s] ? (S->pinned[s] ? SHARE_PINNED : S->ref_int[s] > 0 ? SHARE_LOCKED : SHARE_FREE)
+                               : SHARE_FREE;
+    int old = S->share[s];
+    if (share != old) {
+        i64 size = S->p->s_size[s];
+        S->share_bytes[old] -= size;
+        S->share_bytes[share] += size;
+        S->share[s] = (unsigned char)share;
+    }
+}
+
+static int ev_grow(St *S) {
+    EvLog *L = &S->ev;
+    i64 cap = L->cap ? L->cap * 2 : 4096;
+    signed char *k = realloc(L->kind, (size_t)cap);
+    if (!k) return 0;
+    L->kind = k;
+    for (int c = 0; c < N_INT_COLS; c++) {
+        i64 *col = realloc(L->ints[c], sizeof(i64) * (size_t)cap);
+        if (!col) return 0;
+        L->ints[c] = col;
+    }
+    double *sc = realloc(L->score, sizeof(double) * (size_t)cap);
+    if (!sc) return 0;
+    L->score = sc;
+    double *tm = realloc(L->terms, sizeof(double) * (size_t)(cap * L->n_terms + 1));
+    if (!tm) return 0;
+    L->terms = tm;
+    L->cap = cap;
+    return 1;
+}
+
+/* Append one row: the state after the event. A policy eviction takes the pending choice's score
+ * and terms; every other row has NaN there. */
+static void emit(St *S, int kind, i32 s, i32 t, i32 depth) {
+    EvLog *L = &S->ev;
+    if (L->n == L->cap && !ev_grow(S)) { S->nomem = 1; return; }
+    i64 n = L->n++;
+    L->kind[n] = (signed char)kind;
+    L->ints[C_CLOCK][n] = S->clock;
+    L->ints[C_STORAGE][n] = s;
+    L->ints[C_TENSOR][n] = t;
+    L->ints[C_DEPTH][n] = depth;
+    L->ints[C_MEMORY][n] = S->memory;
+    L->ints[C_PINNED][n] = S->share_bytes[SHARE_PINNED];
+    L->ints[C_LOCKED][n] = S->share_bytes[SHARE_LOCKED];
+    L->ints[C_POOL][n] = S->pool_n;
+    int chosen = kind == EV_EVICT && S->have_choice;
+    double *terms = L->terms + (size_t)n * L->n_terms;
+    L->score[n] = chosen ? S->choice_score : NAN;
+    for (int k = 0; k < L->n_terms; k++) terms[k] = chosen ? S->choice_terms[k] : NAN;
+    if (kind == EV_EVICT) S->have_choice = 0;
+}
+
 static void lock(St *S, i32 s) {
     if (S->ref_int[s] == 0) pool_remove(S, s);
     S->ref_int[s]++;
+    if (S->ev_on) { reshare(S, s); emit(S, EV_LOCK, s, -1, -1); }
 }
 
 static void unlock(St *S, i32 s) {
     if (--S->ref_int[s] == 0) pool_add(S, s);
+    if (S->ev_on) reshare(S, s);
 }
 
 /* ---- bitsets ------------------------------------------------------------------------------ */
@@ -877,24 +964,20 @@ static i32 choose(St *S) {
         else if (c.f && c.d != c.d && best.f && best.d == INFINITY) best_s = s; /* NaN counts as +inf */
         if (val_zero(c)) break;
     }
+    if (S->ev_on && best_s >= 0) { /* the score and terms of the choice, for its eviction's row */
+        i64 fresh[3] = {0, 0, 0};
+        S->have_choice = 1;
+        S->choice_score = as_dbl(best);
+        for (i32 k = 0; k < S->feat_n; k++) {
+            i64 iv;
+            double dv;
+            S->choice_terms[k] = feature(S, best_s, S->feat_list[k], &iv, &dv, fresh) ? dv : (double)iv;
+        }
+    }
     return best_s;
 }
 
 /* ---- eviction ------------------------------------------------------------------------------ */
-
-static void log_event(St *S, i32 s, int by_policy) {
-    if (!S->want_log) return;
-    if (S->log_n + 3 > S->log_cap) {
-        i64 cap = S->log_cap ? S->log_cap * 2 : 3 * 4096;
-        i64 *l = realloc(S->log, sizeof(i64) * cap);
-        if (!l) { S->nomem = 1; return; }
-        S->log = l;
-        S->log_cap = cap;
-    }
-    S->log[S->log_n++] = S->clock;
-    S->log[S->log_n++] = s;
-    S->log[S->log_n++] = by_policy;
-}
 
 /* Before the reverse regions downstream of s absorb it: which of them stay trusted. */
 static void evict_trust(St *S, i32 s) {
@@ -935,7 +1018,7 @@ static void evict(St *S, i32 s, int by_policy) {
         S->eager_evictions++;
         if (S->cnt_eager) S->cnt_eager[s]++;
     }
-    log_event(S, s, by_policy);
+    if (S->ev_on) { reshare(S, s); emit(S, by_policy ? EV_EVICT : EV_EVICT_EAGER, s, -1, -1); }
     if (S->regions_on) {
         const u64 *rfr = row(S->rev_fr, S, s);
         for (int w = 0; w < S->words; w++)
@@ -1050,6 +1133,10 @@ static void compute(St *S, i32 t, int remat) {
         pool_add(S, rs[k]);
         if (remat && S->cnt_remat) S->cnt_remat[rs[k]]++;
         if (remat && S->hist_remat) S->hist_remat[rs[k]]++;
+    }
+    if (S->ev_on) {
+        for (i32 k = 0; k < n; k++) reshare(S, st_of(S, start + k));
+        emit(S, remat ? EV_REMAT : EV_COMPUTE, st_of(S, t), t, S->fr_n - 1);
     }
     if (S->regions_on) {
         /* the new storages' own regions, then every region whose edge they sit on; a pinned
@@ -1170,6 +1257,7 @@ static int run_schedule(St *S) {
                 lock(S, s);
                 if (S->trust_on) rev_untrust(S, s);
                 S->pinned[s] = 1;
+                if (S->ev_on) reshare(S, s);
             }
             break;
         }
@@ -1193,8 +1281,10 @@ static void st_free(St *S) {
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
                     S->aff, S->rev_ok, S->fr_refs, S->check_in, S->check_fr, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
-                    S->fr_wait, S->undef, S->evicted_by_policy, S->log, S->hist_evict, S->hist_remat};
+                    S->fr_wait, S->undef, S->evicted_by_policy, S->hist_evict, S->hist_remat, S->share,
+                    S->ev.kind, S->ev.score, S->ev.terms};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
+    for (int c = 0; c < N_INT_COLS; c++) free(S->ev.ints[c]);
 }
 
 /* Whether the storage graph (every edge, born or not) has no cycle: Kahn's algorithm, with
@@ -1227,6 +1317,7 @@ static const BufSpec BUFS[] = {
     BUF(op_args, 4),     BUF(t_op, 4),      BUF(t_storage, 4),    BUF(t_size, 8),    BUF(s_size, 8),
     BUF(s_tptr, 4),      BUF(s_tensors, 4), BUF(step_kind, 1),    BUF(step_target, 4), BUF(f_ptr, 4),
     BUF(f_list, 4),      BUF(f_birth, 4),   BUF(r_ptr, 4),        BUF(r_list, 4),    BUF(r_birth, 4),
+    BUF(s_const, 1),
 };
 #undef BUF
 #define N_BUFS ((int)(sizeof BUFS / sizeof BUFS[0]))
@@ -1254,6 +1345,11 @@ static int take_buffers(PyObject *bufs, Prog *P, Py_buffer *views) {
     P->n_tensors = (i32)(views[6].len / 4);          /* t_op */
     P->n_storages = (i32)(views[9].len / 8);         /* s_size */
     P->n_steps = (i32)(views[13].len / 4);           /* step_target */
+    if (views[N_BUFS - 1].len != P->n_storages) {     /* s_const */
+        PyErr_SetString(PyExc_ValueError, "buffer s_const must hold one byte per storage");
+        for (int j = 0; j < N_BUFS; j++) PyBuffer_Release(&views[j]);
+        return -1;
+    }
     return 0;
 }
 
@@ -1314,16 +1410,66 @@ static int take_program(St *S, Py_buffer *code, Py_buffer *floats) {
     return 0;
 }
 
+/* The event log's columns by name, as bytes (int8 kind, int64 columns, float64 score and terms). */
+static PyObject *events_dict(const St *S) {
+    const EvLog *L = &S->ev;
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    Py_ssize_t n = (Py_ssize_t)L->n;
+    struct { const char *name; const void *buf; Py_ssize_t len; } cols[N_INT_COLS + 3];
+    cols[0].name = "kind"; cols[0].buf = L->kind; cols[0].len = n;
+    for (int c = 0; c < N_INT_COLS; c++) {
+        cols[1 + c].name = INT_COLUMN_NAMES[c]; cols[1 + c].buf = L->ints[c]; cols[1 + c].len = n * 8;
+    }
+    cols[N_INT_COLS + 1].name = "score"; cols[N_INT_COLS + 1].buf = L->score; cols[N_INT_COLS + 1].len = n * 8;
+    cols[N_INT_COLS + 2].name = "terms"; cols[N_INT_COLS + 2].buf = L->terms;
+    cols[N_INT_COLS + 2].len = n * 8 * L->n_terms;
+    for (int c = 0; c < N_INT_COLS + 3; c++) {
+        PyObject *b = PyBytes_FromStringAndSize(cols[c].len ? (const char *)cols[c].buf : "", cols[c].len);
+        if (!b || PyDict_SetItemString(d, cols[c].name, b) < 0) { Py_XDECREF(b); Py_DECREF(d); return NULL; }
+        Py_DECREF(b);
+    }
+    return d;
+}
+
+/* The engine where it ran out of memory: the frame stack as (tensor, remat) int64 pairs, outermost
+ * first, and every resident storage as (storage, OOM reason) pairs, ascending. */
+static PyObject *oom_dict(const St *S) {
+    const Prog *p = S->p;
+    i32 ns = p->n_storages, nres = 0;
+    i64 *frames = malloc(sizeof(i64) * 2 * (size_t)(S->fr_n + 1));
+    i64 *res = malloc(sizeof(i64) * 2 * (size_t)(ns + 1));
+    PyObject *out = NULL;
+    if (!frames || !res) { free(frames); free(res); return PyErr_NoMemory(); }
+    for (i32 f = 0; f < S->fr_n; f++) { frames[2 * f] = S->fr_t[f]; frames[2 * f + 1] = S->fr_remat[f]; }
+    for (i32 s = 0; s < ns; s++) {
+        if (!S->material[s]) continue;
+        int reason = S->pinned[s] ? (p->s_const[s] ? R_PINNED_CONSTANT : R_PINNED_OUTPUT)
+                     : S->ref_int[s] > 0 ? R_LOCKED
+                     : S->in_pool[s]     ? R_EVICTABLE
+                                         : R_OUTSIDE_POOL;
+        res[2 * nres] = s;
+        res[2 * nres + 1] = reason;
+        nres++;
+    }
+    out = Py_BuildValue("{s:L,s:L,s:i,s:y#,s:y#}", "clock_ns", (long long)S->clock, "memory_bytes",
+                        (long long)S->memory, "pool_size", (int)S->pool_n, "frames", (const char *)frames,
+                        (Py_ssize_t)(16 * S->fr_n), "residents", (const char *)res, (Py_ssize_t)(16 * nres));
+    free(frames);
+    free(res);
+    return out;
+}
+
 static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bufs", "budget", "code", "floats", "eager", "regions", "eq", "history",
-                             "remat_limit", "seed", "counts", "log", "check", NULL};
+                             "remat_limit", "seed", "counts", "events", "oom", "check", NULL};
     PyObject *bufs, *code_obj, *floats_obj, *counts = Py_None;
     long long budget, seed;
-    int eager, regions, eq, history, want_log = 0, check = 0;
+    int eager, regions, eq, history, want_events = 0, want_oom = 0, check = 0;
     double remat_limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppdL|Opp", kwlist, &bufs, &budget, &code_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppdL|Oppp", kwlist, &bufs, &budget, &code_obj,
                                      &floats_obj, &eager, &regions, &eq, &history, &remat_limit, &seed,
-                                     &counts, &want_log, &check))
+                                     &counts, &want_events, &want_oom, &check))
         return NULL;
     Prog P;
     memset(&P, 0, sizeof P);
@@ -1368,7 +1514,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     S.eager = eager; S.regions_on = regions; S.eq_on = eq;
     S.remat_limit = remat_limit;
     S.rng = (u64)seed;
-    S.want_log = want_log;
+    S.ev_on = want_events;
+    S.ev.n_terms = S.random ? 0 : S.feat_n;
     S.check = check;
     S.clock = 1;
     S.pool_head = S.pool_tail = -1;
@@ -1395,6 +1542,10 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     int ok = S.defined && S.material && S.pinned && S.in_pool && S.ref_int && S.ref_ext &&
              S.s_compute && S.last_access && S.s_live && S.pool_prev && S.pool_next && S.dfs && S.ecn &&
              S.mark && S.mark2 && S.umark && S.evicted_by_policy;
+    if (ok && want_events) {
+        S.share = calloc(ns + 1, 1);
+        ok = S.share != NULL;
+    }
     if (ok && history) {
         S.hist_evict = calloc(ns + 1, sizeof(i64));
         S.hist_remat = calloc(ns + 1, sizeof(i64));
@@ -1445,17 +1596,20 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
                      "self-check: the trusted reverse-region state of storage %d is wrong at clock %lld",
                      (int)(S.stale - 1), (long long)S.clock);
     } else {
-        PyObject *log = want_log ? PyBytes_FromStringAndSize((const char *)S.log, (Py_ssize_t)(S.log_n * 8)) : Py_None;
-        if (!want_log) Py_INCREF(Py_None);
-        if (log)
-            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N}", "outcome", outcome,
+        PyObject *events = want_events ? events_dict(&S) : Py_None;
+        if (!want_events) Py_INCREF(Py_None);
+        PyObject *oom = events && want_oom && outcome == OUT_OOM ? oom_dict(&S) : Py_None;
+        if (oom == Py_None) Py_INCREF(Py_None);
+        if (events && oom)
+            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N,s:N}", "outcome", outcome,
                                    "clock_ns", (long long)S.clock, "remat_ns", (long long)S.remat_ns,
                                    "evictions", (long long)S.evictions, "eager_evictions",
                                    (long long)S.eager_evictions, "distinct_evicted", (long long)S.distinct,
                                    "peak_bytes", (long long)S.peak, "score_evals", (long long)S.evals,
                                    "region_rebuilds", (long long)S.region_rebuilds,
                                    "region_updates", (long long)S.region_updates,
-                                   "log", log);
+                                   "events", events, "oom", oom);
+        else { Py_XDECREF(events); Py_XDECREF(oom); }
     }
     st_free(&S);
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
@@ -1582,6 +1736,9 @@ PyMODINIT_FUNC PyInit__cengine(void) {
         PyModule_AddObject(m, "OUTCOMES", enum_dict(outcomes, 6)) < 0 ||
         PyModule_AddObject(m, "STEP_KINDS", enum_dict(steps, 4)) < 0 ||
         PyModule_AddObject(m, "BUFFERS", enum_dict(buffers, N_BUFS)) < 0 ||
+        PyModule_AddObject(m, "EVENT_KINDS", enum_dict(EVENT_KIND_NAMES, N_EVENT_KINDS)) < 0 ||
+        PyModule_AddObject(m, "EVENT_INT_COLUMNS", enum_dict(INT_COLUMN_NAMES, N_INT_COLS)) < 0 ||
+        PyModule_AddObject(m, "OOM_REASONS", enum_dict(OOM_REASON_NAMES, N_OOM_REASONS)) < 0 ||
         PyModule_AddIntConstant(m, "MAX_STACK", MAX_STACK) < 0) {
         Py_DECREF(m);
         return NULL;

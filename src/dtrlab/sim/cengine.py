@@ -1,6 +1,7 @@
 """Glue to the compiled engine: the named arrays it walks, and the policy as its postfix program.
 
-Checks at import that the C module and this dtrlab share opcodes, features, step kinds and buffers."""
+Checks at import that the C module and this dtrlab share opcodes, features, step kinds, buffers,
+event kinds, event columns and OOM reasons; turns the C module's instruments into instruments.py's values."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from ..trace.lower import COMPUTE, GET, PIN, RELEASE
 from ..trace.lower import Program
 from . import formula as fm
+from . import instruments as ins
 from .policies import EQ_CLASS, HISTORY, NEIGHBORHOOD, Policy
 from .result import OK, OOM, REMAT_LIMIT
 from .runtimes import Runtime
@@ -25,7 +27,7 @@ MAX_OUTPUTS = 64  # the compiled engine keeps an operator's outputs on the stack
 # The buffers _prepared hands over, by name (the C module lists the names it reads).
 _BUFFER_NAMES = ("op_cost", "op_size", "op_out_start", "op_n_out", "op_arg_ptr", "op_args", "t_op",
                  "t_storage", "t_size", "s_size", "s_tptr", "s_tensors", "step_kind", "step_target",
-                 "f_ptr", "f_list", "f_birth", "r_ptr", "r_list", "r_birth")
+                 "f_ptr", "f_list", "f_birth", "r_ptr", "r_list", "r_birth", "s_const")
 
 
 def _check_interface(mod) -> None:
@@ -36,8 +38,8 @@ def _check_interface(mod) -> None:
                           "(pip install -e . or python setup.py build_ext --inplace)")
     if set(mod.OPCODES) != set(fm.OPCODES):
         problems.append(f"opcodes {sorted(set(mod.OPCODES) ^ set(fm.OPCODES))}")
-    if set(mod.FEATURES) != set(fm.FEATURES):
-        problems.append(f"features {sorted(set(mod.FEATURES) ^ set(fm.FEATURES))}")
+    if mod.FEATURES != {name: k for k, name in enumerate(fm.FEATURES)}:  # in order: the log's term columns
+        problems.append(f"features {mod.FEATURES}")
     steps = {"compute": COMPUTE, "get": GET, "pin": PIN, "release": RELEASE}
     if mod.STEP_KINDS != steps:
         problems.append(f"step kinds {mod.STEP_KINDS} != {steps}")
@@ -45,6 +47,12 @@ def _check_interface(mod) -> None:
         problems.append(f"outcomes {mod.OUTCOMES}")
     if set(mod.BUFFERS) != set(_BUFFER_NAMES):
         problems.append(f"buffers {sorted(set(mod.BUFFERS) ^ set(_BUFFER_NAMES))}")
+    if mod.EVENT_KINDS != ins.EVENT_KINDS:
+        problems.append(f"event kinds {mod.EVENT_KINDS} != {ins.EVENT_KINDS}")
+    if tuple(mod.EVENT_INT_COLUMNS) != ins.INT_COLUMNS:
+        problems.append(f"event columns {tuple(mod.EVENT_INT_COLUMNS)} != {ins.INT_COLUMNS}")
+    if tuple(mod.OOM_REASONS) != ins.OOM_REASONS:
+        problems.append(f"OOM reasons {tuple(mod.OOM_REASONS)} != {ins.OOM_REASONS}")
     if problems:
         raise ImportError(f"dtrlab.sim._cengine does not match this dtrlab ({'; '.join(problems)}): "
                           "rebuild it (python setup.py build_ext --inplace)")
@@ -123,7 +131,8 @@ def _prepared(program: Program) -> dict:
               program.tensor_op.astype(i32), program.tensor_storage.astype(i32),
               program.tensor_size_bytes.astype(i64), program.storage_size_bytes.astype(i64), s_tptr, order,
               program.step_kind.astype(np.int8), program.step_target.astype(i32),
-              f_ptr, f_list, f_birth, r_ptr, r_list, r_birth)
+              f_ptr, f_list, f_birth, r_ptr, r_list, r_birth,
+              program.op_constant[program.tensor_op[program.storage_root]].astype(np.int8))
     prep = {name: np.ascontiguousarray(a) for name, a in zip(_BUFFER_NAMES, arrays)}
     program.meta["_cengine_bufs"] = prep
     return prep
@@ -134,9 +143,10 @@ _OUTCOMES = {0: OK, 1: OOM, 2: REMAT_LIMIT}
 
 def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, runtime: Runtime,
                  remat_limit_ns: float = math.inf, seed: int = 0, counts: bool = False,
-                 log: bool = False, engine_stats: bool = False, check: bool = False) -> dict:
-    """One run on the compiled engine: the RunResult counters, plus per-storage counts, the
-    eviction log (clock_ns, storage, by_policy rows) and the engine's own work when asked.
+                 events: bool = False, oom: bool = False, engine_stats: bool = False, check: bool = False) -> dict:
+    """One run on the compiled engine: the RunResult counters, plus when asked the per-storage
+    counts (`storage_counts`: policy_evictions, eager_evictions, rematerializations), the event
+    log (`events`, an instruments.EventLog) and, at an OOM, the snapshot (`oom`, an OomSnapshot).
 
     engine_stats adds `region_rebuilds` (e* regions traversed afresh) and `region_updates`
     (trusted reverse regions updated in place instead; see _cengine.c). check compares every
@@ -149,16 +159,45 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     out = _cengine.run(_prepared(program), -1 if budget_bytes is None else int(budget_bytes), code, floats,
                        runtime.eager, runtime.optimized and NEIGHBORHOOD in policy.needs,
                        runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
-                       float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, log, check)
+                       float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, events, oom, check)
     if out["outcome"] == _cengine.OUTCOMES["overflow"]:
         raise ScoreOverflow(f"policy {policy.name}: a score's integer left 128 bits")
     out["outcome"] = _OUTCOMES[out["outcome"]]
-    raw_log = out.pop("log")
+    raw_events, raw_oom = out.pop("events"), out.pop("oom")
     work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates")}
     if engine_stats:
         out.update(work)
     if counts:
         out["storage_counts"] = dict(zip(("policy_evictions", "eager_evictions", "rematerializations"), arrays))
-    if log:
-        out["eviction_log"] = np.frombuffer(raw_log, np.int64).reshape(-1, 3)
+    if events:
+        out["events"] = ins.EventLog.from_buffers(raw_events, ins.term_names(policy))
+    if oom:
+        out["oom"] = None if raw_oom is None else _oom_snapshot(program, budget_bytes, raw_oom)
+    return out
+
+
+def _oom_snapshot(program: Program, budget_bytes: int, raw: dict) -> ins.OomSnapshot:
+    stack = np.frombuffer(raw["frames"], np.int64).reshape(-1, 2).tolist()
+    residents = [(s, ins.OOM_REASONS[r]) for s, r in np.frombuffer(raw["residents"], np.int64).reshape(-1, 2).tolist()]
+    t_op, storage = program.tensor_op, program.tensor_storage
+    ptr, args = program.op_arg_ptr, program.op_args
+    op_size = _prepared(program)["op_size"]
+
+    def parents_of(t: int):
+        op = t_op[t]
+        return storage[args[ptr[op]:ptr[op + 1]]].tolist()
+
+    return ins.oom_snapshot(raw["clock_ns"], budget_bytes, raw["memory_bytes"], raw["pool_size"], stack,
+                            t_op, op_size, parents_of, program.storage_size_bytes, residents)
+
+
+def run_observed(program: Program, budget_bytes: int | None, policy: Policy, runtime: Runtime,
+                 instruments: ins.Instruments, remat_limit_ns: float = math.inf, seed: int = 0) -> dict:
+    """run_compiled with what `instruments` asks for, as the counters plus `observations`."""
+    want = instruments
+    out = run_compiled(program, budget_bytes, policy, runtime, remat_limit_ns, seed, counts=want.per_storage,
+                       events=want.records_events, oom=want.oom_snapshot)
+    counts = out.pop("storage_counts", None)
+    out["observations"] = ins.observations(want, counts and tuple(counts.values()), out.pop("events", None),
+                                           out.pop("oom", None))
     return out

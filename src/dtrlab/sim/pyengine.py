@@ -168,6 +168,8 @@ class Engine:
         self.ref_int[s] -= 1
         if self.ref_int[s] == 0:
             self._make_evictable(s)
+        if self.obs:
+            self.obs.on_unlock(self, s)
 
     # --- eviction ------------------------------------------------------------------------
     def _evict(self, s: int, by_policy: bool) -> None:
@@ -313,6 +315,12 @@ class Engine:
 
     def _function_score(self, s: int):
         return self.policy.score(self._features(s))
+
+    def terms_function(self, names: tuple[str, ...]):
+        """A function of a storage giving the values of the features `names` now (the instruments'
+        score terms), read as the formula's score reads them."""
+        return _compiled(self, "(" + "".join(f"{_FEATURE_SOURCE[n]}, " for n in names) + ")",
+                         any(fm.FEATURES[n][1] == FRESH_NEIGHBORHOOD for n in names))
 
     def _choose(self) -> int:
         if self.policy.is_random:
@@ -475,6 +483,8 @@ class Engine:
             return
         self._lock(s)
         self.pinned[s] = True
+        if self.obs:
+            self.obs.on_pin(self, s)
 
     def _release(self, t: int) -> None:
         s = self.t_storage[t]
@@ -541,12 +551,17 @@ _FEATURE_SOURCE = {
 }
 
 
+def _compiled(engine: Engine, body: str, fresh: bool):
+    """`body`, an expression over the engine `e` and storage `s`, as a function of s; `fresh`: it
+    reads the fresh traversal."""
+    fresh_line = "    fresh = e._fresh(s)\n" if fresh else ""
+    namespace = dict(fm.NAMESPACE, e=engine)
+    exec(f"def f(s):\n{fresh_line}    return {body}\n", namespace)  # noqa: S102 - our own text
+    return namespace["f"]
+
+
 def _formula_score(engine: Engine, formula: fm.Formula):
     """The formula compiled once into a Python function of the storage, for this engine."""
     if formula.is_random:
         return None
-    body = fm.python_source(formula, _FEATURE_SOURCE)
-    fresh = "    fresh = e._fresh(s)\n" if FRESH_NEIGHBORHOOD in formula.needs else ""
-    namespace = dict(fm.NAMESPACE, e=engine)
-    exec(f"def score(s):\n{fresh}    return {body}\n", namespace)  # noqa: S102 - our own text
-    return namespace["score"]
+    return _compiled(engine, fm.python_source(formula, _FEATURE_SOURCE), FRESH_NEIGHBORHOOD in formula.needs)

@@ -103,7 +103,8 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
     """Run DTR on `program` under `budget_bytes` (None: unbounded) and return what it cost.
 
     overhead_limit: stop with outcome remat_limit once recompute exceeds
-    (overhead_limit - 1) x baseline compute. instruments: an Instruments to observe the run.
+    (overhead_limit - 1) x baseline compute. instruments: an Instruments to observe the run (on
+    either engine: the compiled one whenever it runs the policy and runtime, as without them).
     """
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
@@ -117,15 +118,18 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
         remat_limit = base.compute_ns * (overhead_limit - 1)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
-    use_c = engine != "python" and instruments is None and cengine.supports(pol, rt, program)
+    use_c = engine != "python" and cengine.supports(pol, rt, program)
     if engine == "c" and not use_c:
         raise UsageError("the compiled engine is not available for this run "
-                         "(not built, a policy written as a Python function, instruments, or the banishing runtime)")
+                         "(not built, a policy written as a Python function, or the banishing runtime)")
     budget = math.inf if budget_bytes is None else budget_bytes
     counters = None
     if use_c:
         try:
-            counters = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
+            if instruments is None:
+                counters = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
+            else:
+                counters = cengine.run_observed(program, budget_bytes, pol, rt, instruments, remat_limit, seed)
             name = "c"
         except cengine.ScoreOverflow as exc:
             if engine == "c":
