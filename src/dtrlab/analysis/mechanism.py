@@ -120,9 +120,10 @@ def evictions_of(arrays: dict) -> np.ndarray:
     return np.asarray(arrays["policy_evictions"]) + np.asarray(arrays["eager_evictions"])
 
 
-def run_side(run, evictions: np.ndarray, oom: OomReport | str | None = None) -> RunSide:
+def run_side(run, evictions: np.ndarray, oom: OomReport | str | None = None, deepest: dict | None = None) -> RunSide:
     """A run's figures: `run` has ratio, budget_bytes, outcome, overhead; `evictions` its counts by
-    storage; `oom` its explained OOM, or why it was not explained (for an OOM run)."""
+    storage; `oom` its explained OOM, or why it was not explained (for an OOM run); `deepest` the
+    worst_moment of a run that finished, or None."""
     n, d = int(evictions.sum()), int(np.count_nonzero(evictions))
     base = dict(ratio=run.ratio, budget_bytes=int(run.budget_bytes), outcome=run.outcome, overhead=run.overhead,
                 evictions=n, distinct_evicted=d, per_evicted_storage=n / d if d else 0.0,
@@ -137,9 +138,25 @@ def run_side(run, evictions: np.ndarray, oom: OomReport | str | None = None) -> 
                        inside="oom snapshot")
     if run.outcome != OOM:
         # A run that never ran out: its pool was never empty when it needed memory, so no frontier
-        # filled its budget; the deepest stack of a finished run needs the event log (not used here).
-        return RunSide(**base, over_budget=False, inside="no OOM: the pool never ran empty")
+        # filled its budget. Its worst moment, when the log is given, is its deepest stack.
+        if deepest is None:
+            return RunSide(**base, over_budget=False, inside="no OOM: the pool never ran empty")
+        return RunSide(**base, **deepest, over_budget=False, inside="event log (deepest stack)")
     return RunSide(**base, inside=oom or "not measured")
+
+
+def worst_moment(log) -> dict:
+    """A finished run's deepest moment in its EventLog: the first compute or rematerialization of the
+    greatest stack depth. depth: frames pending then (its frame and those below it), remats: the
+    nested rematerializations above the schedule's own step (depth column), shares of resident bytes."""
+    steps = np.flatnonzero(log.depth >= 0)
+    if not len(steps):
+        return dict(depth=0, remats=0, pinned_share=None, locked_share=None)
+    k = int(steps[np.argmax(log.depth[steps])])
+    resident = int(log.memory_bytes[k])
+    share = (lambda b: int(b) / resident) if resident else (lambda b: None)
+    return dict(depth=int(log.depth[k]) + 1, remats=int(log.depth[k]), pinned_share=share(log.pinned_bytes[k]),
+                locked_share=share(log.locked_bytes[k]))
 
 
 def _log(x: float) -> float | None:
@@ -246,19 +263,33 @@ def measure(program, switches, inversions, policy: str, runtime: str,
 
     return mechanisms(program, pairs_of(switches, inversions), policy, runtime, counts=counts,
                       explain=lambda run: explain_oom(program, run.budget_bytes, policy, runtime),
-                      divergence=divergence)
+                      divergence=divergence,
+                      deepest=lambda run: worst_moment(event_log(program, run.budget_bytes, policy, runtime,
+                                                                 overhead_limit)))
+
+
+def event_log(program, budget_bytes: int, policy: str, runtime: str, overhead_limit: float | None = None):
+    """The run's EventLog (the compiled engine's when it runs the policy, else the Python engine's)."""
+    from ..sim.instruments import Instruments
+    from ..sim.simulate import simulate
+
+    res = simulate(program, budget_bytes, policy, runtime, overhead_limit=overhead_limit,
+                   instruments=Instruments(per_storage=False, events=True, oom_snapshot=False))
+    return res.observations.events
 
 
 def mechanisms(program, runs_pairs, policy: str, runtime: str, *, counts: Callable, explain: Callable,
-               divergence: Callable) -> list[Signature]:
+               divergence: Callable, deepest: Callable = lambda run: None) -> list[Signature]:
     """The Signature of each (kind, reference, unstable, factor) of `runs_pairs` on `program`.
 
     counts(run) -> evictions by storage; explain(run) -> OomReport or why not (OOM runs only);
-    divergence(reference, unstable) -> Divergence or None. The callers decide how runs are
-    simulated (directly, or through the report's memo)."""
+    deepest(run) -> worst_moment of a finished unstable run, or None; divergence(reference, unstable)
+    -> Divergence or None. The callers decide how runs are simulated (directly, or through a memo)."""
     out = []
     for kind, ref, bad, factor in runs_pairs:
         er, eu = counts(ref), counts(bad)
-        sides = [run_side(r, e, explain(r) if r.outcome == OOM else None) for r, e in ((ref, er), (bad, eu))]
+        sides = [run_side(ref, er, explain(ref) if ref.outcome == OOM else None),
+                 run_side(bad, eu, explain(bad) if bad.outcome == OOM else None,
+                          deepest(bad) if bad.outcome != OOM else None)]
         out.append(signature(program.name, kind, sides[0], sides[1], er, eu, divergence(ref, bad), factor))
     return out

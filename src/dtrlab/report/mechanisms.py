@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..analysis.churn import storage_counts
 from ..analysis.divergence import diverge
-from ..analysis.mechanism import KINDS, Signature, counts_table, evictions_of, mechanisms, pairs_of
+from ..analysis.mechanism import (KINDS, Signature, counts_table, event_log, evictions_of, mechanisms, pairs_of,
+                                  worst_moment)
 from ..analysis.scan import Budget
 from ..errors import UsageError
 from ..sim.result import OK, OOM
@@ -57,6 +58,16 @@ def _divergence(out: Path, program):
     return divergence
 
 
+def _deepest(out: Path, program, plan: Plan):
+    def deepest(run):
+        # The memo keeps worst_moment's figures, not the log (a row per engine event).
+        key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY,
+               "overhead_limit": plan.overhead_cap}
+        return memo(out, "deepest", key, lambda: worst_moment(
+            event_log(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, plan.overhead_cap)))
+    return deepest
+
+
 def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, skipped, plan: Plan) -> tuple[Signature, ...]:
     """The Signature of every switch and inversion of the subject policy's curves, trace by trace."""
     sigs: list[Signature] = []
@@ -66,7 +77,8 @@ def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, skipped, plan: Pl
         program = by_name[trace]
         sigs += mechanisms(program, pairs_of(curve.switches, curve.inversions), SUBJECT_POLICY, RUNTIME,
                            counts=lambda run, p=program: _counts(out, p, run, plan),
-                           explain=_explained(ooms, skipped, trace), divergence=_divergence(out, program))
+                           explain=_explained(ooms, skipped, trace), divergence=_divergence(out, program),
+                           deepest=_deepest(out, program, plan))
     return tuple(sigs)
 
 
