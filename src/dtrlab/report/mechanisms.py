@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..analysis.churn import storage_counts
 from ..analysis.divergence import diverge
+from ..analysis.oom import explain_oom
 from ..analysis.mechanism import (KINDS, Signature, counts_table, event_log, evictions_of, mechanisms, pairs_of,
                                   worst_moment)
 from ..analysis.scan import Budget
@@ -32,16 +33,17 @@ def _counts(out: Path, program, run, plan: Plan):
     return evictions_of(arrays)
 
 
-def _explained(ooms, skipped, trace: str):
-    """run -> its OomReport from the pipeline's explanations, or the reason it was not explained."""
+def _explained(out: Path, ooms, program):
+    """run -> its OomReport: the pipeline's explanation when it made one, else a replay of our own
+    (the pipeline explains within its limits; every inversion here gets its frontier figures)."""
     def explain(run):
-        case = next((c for c in ooms if c.trace == trace and c.policy == SUBJECT_POLICY
+        case = next((c for c in ooms if c.trace == program.name and c.policy == SUBJECT_POLICY
                      and c.report.budget_bytes == run.budget_bytes), None)
         if case is not None:
             return case.report
-        what = f"{trace} {SUBJECT_POLICY} at ratio {run.label}: "
-        why = next((s[len(what):] for s in skipped if s.startswith(what)), None)
-        return f"OOM not explained: {why}" if why else "OOM not explained"
+        key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY}
+        return memo(out, "mechanism-oom", key,
+                    lambda: explain_oom(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME))
     return explain
 
 
@@ -68,7 +70,7 @@ def _deepest(out: Path, program, plan: Plan):
     return deepest
 
 
-def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, skipped, plan: Plan) -> tuple[Signature, ...]:
+def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan) -> tuple[Signature, ...]:
     """The Signature of every switch and inversion of the subject policy's curves, trace by trace."""
     sigs: list[Signature] = []
     for (trace, policy), curve in sorted(found.items()):
@@ -77,7 +79,7 @@ def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, skipped, plan: Pl
         program = by_name[trace]
         sigs += mechanisms(program, pairs_of(curve.switches, curve.inversions), SUBJECT_POLICY, RUNTIME,
                            counts=lambda run, p=program: _counts(out, p, run, plan),
-                           explain=_explained(ooms, skipped, trace), divergence=_divergence(out, program),
+                           explain=_explained(out, ooms, program), divergence=_divergence(out, program),
                            deepest=_deepest(out, program, plan))
     return tuple(sigs)
 
@@ -96,5 +98,4 @@ def section(repro) -> dict:
 
     return {"rules": {"churn_rate": CHURN_RATE_MIN, "jaccard": CHURN_JACCARD_MIN, "remats": FRONTIER_MIN_REMATS},
             "columns": MECHANISM_COLUMNS, "rows": [mechanism_row(s) for s in repro.mechanisms],
-            "counts": mechanism_counts(repro), "kinds": KINDS,
-            "unexplained": [s for s in repro.mechanisms if s.unstable.outcome == OOM and s.unstable.depth is None]}
+            "counts": mechanism_counts(repro), "kinds": KINDS}

@@ -284,7 +284,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         with stages.stage("churn of every neighbouring fine switch"):
             pairs = _pair_churn(out, found, by_name, plan, pair)
         with stages.stage("mechanism of every switch and inversion"):
-            mechs = mechanisms_of(out, found, by_name, ooms, skipped, plan)
+            mechs = mechanisms_of(out, found, by_name, ooms, plan)
     finally:
         store.close()
 
