@@ -99,3 +99,20 @@ def test_the_report_writes_and_links_the_pairs_and_an_ooms_timelines(claims_run,
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (apt-get install chromium; .ci/run does)")
     check_in_chromium(claims_run, tmp_path)
+
+
+def test_d_two_pathologies_on_the_study_cases(claims_run):
+    from dtrlab.analysis.mechanism import CHURN, FRONTIER
+    from dtrlab.report.claims import SUPPORTED
+
+    d = {c.key: c for c in claims_run.claims}["d"]
+    want = golden("mechanisms_study_cases")
+    cases = {(c["trace"], c["pair"]): c["mechanism"] for c in d.evidence["cases"]}
+    assert cases[("lstm", want["lstm"]["pair"])] == CHURN
+    assert cases[("resnet32", want["resnet32"]["pair"])] == FRONTIER
+    # The claims' windows hold only these kinds: every switch churns, the inversion is a frontier.
+    assert all(k == CHURN for (t, _), k in cases.items() if t == "lstm")
+    assert d.verdict == SUPPORTED, d.measured
+    counts = d.evidence["counts"]
+    assert sum(counts["lstm"].values()) == len([s for s in claims_run.mechanisms if s.trace == "lstm"])
+    assert "Mechanisms of every switch and inversion" in (claims_run.out_dir / "summary.md").read_text()

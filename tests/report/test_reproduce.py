@@ -57,9 +57,9 @@ def _claims(repro) -> dict:
 @needs_shared
 def test_public_quick_claims(public):
     claims = _claims(public)
-    assert sorted(claims) == ["a1", "a2", "a3", "b1", "b2", "c"]
+    assert sorted(claims) == ["a1", "a2", "a3", "b1", "b2", "c", "d"]
     # The quick plan leaves the (slow) public LSTM out: its claims say so.
-    for key in ("a1", "a2", "a3", "c"):
+    for key in ("a1", "a2", "a3", "c", "d"):
         assert claims[key].verdict.startswith(NOT_APPLICABLE)
     # ResNet-32's inversion and its explanation are measured, not copied.
     b1, b2 = claims["b1"], claims["b2"]

@@ -5,6 +5,7 @@ Owns Churn and compare_runs; per-storage counts come from the compiled engine (t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,22 +97,27 @@ def storage_compute_ns(program: Program) -> np.ndarray:
     return out
 
 
-def storage_counts(program: Program, budget_bytes: int, policy: str, runtime: str) -> tuple[dict, dict]:
-    """(counters, per-storage arrays policy_evictions / eager_evictions / rematerializations)."""
+def storage_counts(program: Program, budget_bytes: int, policy: str, runtime: str,
+                   overhead_limit: float | None = None) -> tuple[dict, dict]:
+    """(counters, per-storage arrays policy_evictions / eager_evictions / rematerializations);
+    overhead_limit stops the run as simulate's does (a stored remat_limit run is replayed alike)."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     if cengine.supports(pol, rt, program):
-        out = cengine.run_compiled(program, budget_bytes, pol, rt, counts=True)
+        limit = math.inf if overhead_limit is None else baseline(program).compute_ns * (overhead_limit - 1)
+        out = cengine.run_compiled(program, budget_bytes, pol, rt, limit, counts=True)
         return out, out.pop("storage_counts")
     from ..sim.instruments import Instruments
 
-    res = simulate(program, budget_bytes, pol, rt, instruments=Instruments(oom_snapshot=False))
+    res = simulate(program, budget_bytes, pol, rt, overhead_limit=overhead_limit,
+                   instruments=Instruments(oom_snapshot=False))
     o = res.observations
     return ({"outcome": res.outcome, "clock_ns": res.clock_ns, "remat_ns": res.remat_ns},
             {"policy_evictions": o.policy_evictions, "eager_evictions": o.eager_evictions,
              "rematerializations": o.rematerializations})
 
 
-def _jaccard(x: np.ndarray, y: np.ndarray) -> float:
+def jaccard(x: np.ndarray, y: np.ndarray) -> float:
+    """|evicted in both| / |evicted in either| of two per-storage counts (1.0 when neither evicts)."""
     either = np.count_nonzero((x > 0) | (y > 0))
     return float(np.count_nonzero((x > 0) & (y > 0)) / either) if either else 1.0
 
@@ -144,7 +150,7 @@ def compare_runs(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_P
                               int(xa["policy_evictions"][s] + xa["eager_evictions"][s]),
                               int(xb["policy_evictions"][s] + xb["eager_evictions"][s]),
                               int(xa["rematerializations"][s]), int(xb["rematerializations"][s])) for s in picks)
-    jac = Counts(_jaccard(xa["policy_evictions"] + xa["eager_evictions"], xb["policy_evictions"] + xb["eager_evictions"]),
-                 _jaccard(xa["policy_evictions"], xb["policy_evictions"]))
+    jac = Counts(jaccard(xa["policy_evictions"] + xa["eager_evictions"], xb["policy_evictions"] + xb["eager_evictions"]),
+                 jaccard(xa["policy_evictions"], xb["policy_evictions"]))
     extra = abs(rb.remat_ns - ra.remat_ns)
     return Churn(ra, rb, jac, slower, extra, rows)

@@ -91,6 +91,9 @@ def scan_cmd(
     overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
                                                    help="Stop a run once its overhead passes X (outcome remat_limit)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", help="Per-run time limit in seconds."),
+    mechanisms: bool = typer.Option(False, "--mechanisms",
+                                    help="Also measure each switch's and inversion's mechanism (churn, frontier, "
+                                         "both, neither) in one table; replays each OOM on the Python engine."),
 ) -> None:
     """Simulate each ratio (through the results store), then report regime switches and inversions."""
     source = resolve_source(source, traces)
@@ -109,13 +112,19 @@ def scan_cmd(
     found = switches(runs, factor)
     inv = inversions(runs)
     oinv = overhead_inversions(runs)
+    sigs = None
+    if mechanisms:
+        from .mechanism import measure
+
+        sigs = measure(program, found, inv, policy, runtime, overhead_limit)
     if as_json:
+        extra = {} if sigs is None else {"mechanisms": [s.to_dict() for s in sigs]}
         print_json({"trace": program.name, "policy": policy, "runtime": runtime, "factor": factor,
                "runs": [r.to_dict() for r in runs],
                "regime_switches": [s.to_dict() for s in found],
                "regimes": [g.to_dict() for g in regimes(runs, factor)],
                "inversions": [i.to_dict() for i in inv],
-               "overhead_inversions": [o.to_dict() for o in oinv]})
+               "overhead_inversions": [o.to_dict() for o in oinv], **extra})
         return
     console = _console()
     n_ok = sum(r.feasible for r in runs)
@@ -139,6 +148,21 @@ def scan_cmd(
         worst = max(oinv, key=lambda o: o.factor)
         console.print(f"overhead inversions: {len(oinv)}; worst: {worst.worst.label} pays {_fmt(worst.worst.overhead)} "
                       f"vs {_fmt(worst.smaller.overhead)} at {worst.smaller.label} (x{worst.factor:.3f})")
+    if sigs is not None:
+        console.print(_mechanism_table(sigs))
+
+
+def _mechanism_table(sigs):
+    """One row per switch and inversion: both runs' churn, the unstable run's frontier, the flip."""
+    from rich.table import Table
+    from .mechanism import MECHANISM_COLUMNS, mechanism_row
+
+    table = Table(title="mechanisms (reference run / unstable run)", title_justify="left")
+    for col in MECHANISM_COLUMNS:
+        table.add_column(col, justify="left" if col in ("kind", "mechanism", "flipped by") else "right")
+    for s in sigs:
+        table.add_row(*mechanism_row(s))
+    return table
 
 
 # --- explain-oom ------------------------------------------------------------------------------

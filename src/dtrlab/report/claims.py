@@ -12,6 +12,7 @@ from .plan import SUBJECT_POLICY
 from .study import STUDY_TRACES
 
 REPRODUCED, DIFFERS, NOT_APPLICABLE = "reproduced", "differs", "not applicable to these traces"
+SUPPORTED, MIXED = "supported", "mixed"  # a hypothesis the runs bear out, or only in part
 DEMONSTRATED, HYPOTHESIS = "demonstrated", "hypothesis"
 
 
@@ -94,11 +95,8 @@ def _resnet(repro) -> list[Claim]:
                     "exceeds the budget after every evictable tensor is gone")
     info, why = _study_trace(repro, "resnet32")
     name = info["name"] if info is not None else "resnet32"
-    curve = repro.curves.get((name, SUBJECT_POLICY))
-    invs = curve.inversions if curve is not None else []
-    near = [i for i in invs if 0.09 <= i.last_feasible.ratio <= 0.12]
-    if near:
-        inv = near[0]
+    inv = _resnet_inversion(repro, name)
+    if inv is not None:
         oom_ratios = [r.ratio for r in inv.infeasible]
         measured_b1 = inversion_text(inv)
         ok_b1 = (inv.last_feasible.ratio == 0.101 and inv.next_feasible.ratio == 0.107
@@ -152,6 +150,52 @@ def _ablation_claim(repro) -> list[Claim]:
                   {"rows": [r.to_dict() for r in ab.rows]})]
 
 
+def _resnet_inversion(repro, name: str):
+    """The study's ResNet-32 inversion: the subject policy's first between ratios 0.09 and 0.12."""
+    curve = repro.curves.get((name, SUBJECT_POLICY))
+    return next((i for i in (curve.inversions if curve else []) if 0.09 <= i.last_feasible.ratio <= 0.12), None)
+
+
+def _two_pathologies(repro) -> list[Claim]:
+    """(d) on every switch and inversion of the study's traces (report.mechanisms), decided by the
+    study's two cases: the LSTM pairs must be churn, the ResNet-32 inversion frontier."""
+    from ..analysis.mechanism import BOTH, CHURN, FRONTIER, INVERSION, NEITHER, SWITCH
+    from .mechanisms import mechanism_counts
+
+    statement = ("The LSTM switch and the ResNet-32 inversion are at least two distinct budget-sensitive "
+                 "pathologies (eviction churn, an exhausted pinned frontier) rather than one mechanism")
+    infos = [_study_trace(repro, n) for n in ("lstm", "resnet32")]
+    why = next((w for _, w in infos if w), None)
+    sp, inv = repro.study_pair, (_resnet_inversion(repro, infos[1][0]["name"]) if infos[1][0] else None)
+    if why or sp is None or inv is None:
+        return [Claim("d", "lstm, resnet32", statement, "the study's two cases are not both measured here",
+                      why or DIFFERS, HYPOTHESIS, {})]
+    sigs = repro.mechanisms
+
+    def sig_of(kind, trace, ref, bad):
+        return next((s for s in sigs if s.kind == kind and s.trace == trace and s.reference.budget_bytes ==
+                     ref.budget_bytes and s.unstable.budget_bytes == bad.budget_bytes), None)
+
+    lstm = [sig_of(SWITCH, sp.trace, s.fast, s.slow) for s in sp.switches]
+    resnet = sig_of(INVERSION, infos[1][0]["name"], inv.last_feasible, inv.infeasible[0])
+    cases = [s for s in lstm + [resnet] if s is not None]
+    if len(cases) != len(lstm) + 1:
+        return [Claim("d", "lstm, resnet32", statement, "a case of the study was not measured", DIFFERS, HYPOTHESIS, {})]
+    counts = mechanism_counts(repro)
+    study = {t["name"]: counts[t["name"]] for t, _ in infos}
+    distinct = all(s.mechanism == CHURN for s in lstm) and resnet.mechanism == FRONTIER
+    others = sum(row[BOTH] + row[NEITHER] for row in study.values())
+    case_words = "; ".join(f"{s.trace} {s.kind} {s.label}: {s.mechanism} (churn rate {s.churn_rate:.2f}, "
+                           f"Jaccard {s.jaccard:.3f}, pool {'empty' if s.unstable.pool_empty else 'never empty'}"
+                           + (f", {s.unstable.depth} frames deep" if s.unstable.depth is not None else "") + ")"
+                           for s in cases)
+    count_words = "; ".join(f"{t}: " + ", ".join(f"{row[k]} {k}" for k in row) for t, row in study.items())
+    measured = f"the study's cases: {case_words}. Every switch and inversion of {SUBJECT_POLICY}: {count_words}"
+    verdict = (SUPPORTED if others == 0 else MIXED) if distinct else DIFFERS
+    return [Claim("d", "lstm, resnet32", statement, measured, verdict, HYPOTHESIS,
+                  {"cases": [s.to_dict() for s in cases], "counts": study})]
+
+
 def study_missing(claims) -> bool:
     """True when some claim's trace is not here: the report then says how to get the study's traces."""
     return any(c.verdict.startswith(NOT_APPLICABLE) for c in claims)
@@ -159,4 +203,4 @@ def study_missing(claims) -> bool:
 
 def evaluate(repro) -> list[Claim]:
     """Every claim of the study, measured on this reproduction's runs."""
-    return _lstm(repro) + _resnet(repro) + _ablation_claim(repro)
+    return _lstm(repro) + _resnet(repro) + _ablation_claim(repro) + _two_pathologies(repro)

@@ -35,6 +35,7 @@ from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
+from .mechanisms import mechanisms_of
 from .memo import memo
 from .plan import FINE_STEP, FULL, QUICK, REFINE_POINTS, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
 from .study import STUDY_TRACES
@@ -115,6 +116,7 @@ class Reproduction:
     skipped_ooms: tuple[str, ...]  # why some infeasible budgets were not explained
     pairs: tuple[PairChurn, ...] = ()  # churn of every neighbouring fine switch of the study's traces
     study_pair: StudyPair | None = None  # the study's LSTM pairs (a1-a3, c), when the study's LSTM is here
+    mechanisms: tuple = ()  # analysis.mechanism.Signature of every switch and inversion of the subject policy
     claims: tuple = ()
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     new_runs: int = 0  # simulated by this call; the rest were in the store
@@ -154,7 +156,8 @@ def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float,
 STAGES = ("reading traces", "coarse curves", "fine scans around every switch and failure",
           "churn and first divergence of the focus", "ablation table (16 ab-* policies)",
           "explaining every inversion's out-of-memory", "churn of every neighbouring fine switch",
-          "timelines of the focus switch and an out-of-memory", "claims of the study", "figures, report.html, summary.md, results.parquet")
+          "mechanism of every switch and inversion", "timelines of the focus switch and an out-of-memory",
+          "claims of the study", "figures, report.html, summary.md, results.parquet")
 
 
 class _Stages:
@@ -282,6 +285,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
             ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
         with stages.stage("churn of every neighbouring fine switch"):
             pairs = _pair_churn(out, found, by_name, plan, pair)
+        with stages.stage("mechanism of every switch and inversion"):
+            mechs = mechanisms_of(out, found, by_name, ooms, plan)
     finally:
         store.close()
 
@@ -290,7 +295,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
 
         written = write_timelines(out, by_name, focus, ooms)
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
-                         study_pair=pair, new_runs=new_runs, peaks=peaks, timelines=written)
+                         study_pair=pair, mechanisms=mechs, new_runs=new_runs, peaks=peaks, timelines=written)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):

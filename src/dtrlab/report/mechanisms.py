@@ -1,0 +1,101 @@
+"""The report's mechanisms: every switch and inversion of the subject policy's curves, measured by
+analysis.mechanism through the report's memo (sharing its counts, OOM explanations and divergences).
+
+Owns which runs the section measures and where each figure is taken from; the rules are analysis.mechanism's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..analysis.churn import storage_counts
+from ..analysis.divergence import diverge
+from ..analysis.oom import explain_oom
+from ..analysis.mechanism import (KINDS, Signature, counts_table, event_log, evictions_of, mechanisms, pairs_of,
+                                  worst_moment)
+from ..analysis.scan import Budget
+from ..errors import UsageError
+from ..sim.result import OK, OOM
+from .memo import memo
+from .plan import RUNTIME, SUBJECT_POLICY, Plan
+
+
+def _counts(out: Path, program, run, plan: Plan):
+    # The key of the pipeline's churn of pairs for runs the overhead cap cannot change (ok and oom
+    # runs never passed it); a remat_limit run is replayed with the cap that stopped it.
+    key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY}
+    limit = None
+    if run.outcome not in (OK, OOM):
+        limit = plan.overhead_cap
+        key["overhead_limit"] = limit
+    _, arrays = memo(out, "counts", key,
+                     lambda: storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, limit))
+    return evictions_of(arrays)
+
+
+def _explained(out: Path, ooms, program):
+    """run -> its OomReport: the pipeline's explanation when it made one, else a replay of our own
+    (the pipeline explains within its limits; every inversion here gets its frontier figures)."""
+    def explain(run):
+        case = next((c for c in ooms if c.trace == program.name and c.policy == SUBJECT_POLICY
+                     and c.report.budget_bytes == run.budget_bytes), None)
+        if case is not None:
+            return case.report
+        key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY}
+        return memo(out, "mechanism-oom", key,
+                    lambda: explain_oom(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME))
+    return explain
+
+
+def _divergence(out: Path, program):
+    def divergence(a, b):
+        # The key of the pipeline's focus (a: the fast run, b: the slow one), so the focus is not replayed.
+        key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
+        try:
+            return memo(out, "divergence", key, lambda: diverge(program, Budget(a.ratio, a.budget_bytes),
+                                                                Budget(b.ratio, b.budget_bytes), SUBJECT_POLICY,
+                                                                RUNTIME))
+        except UsageError:  # no compiled engine: the divergence needs its eviction log
+            return None
+    return divergence
+
+
+def _deepest(out: Path, program, plan: Plan):
+    def deepest(run):
+        # The memo keeps worst_moment's figures, not the log (a row per engine event).
+        key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY,
+               "overhead_limit": plan.overhead_cap}
+        return memo(out, "deepest", key, lambda: worst_moment(
+            event_log(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, plan.overhead_cap)))
+    return deepest
+
+
+def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan) -> tuple[Signature, ...]:
+    """The Signature of every switch and inversion of the subject policy's curves, trace by trace."""
+    sigs: list[Signature] = []
+    for (trace, policy), curve in sorted(found.items()):
+        if policy != SUBJECT_POLICY:
+            continue
+        program = by_name[trace]
+        sigs += mechanisms(program, pairs_of(curve.switches, curve.inversions), SUBJECT_POLICY, RUNTIME,
+                           counts=lambda run, p=program: _counts(out, p, run, plan),
+                           explain=_explained(out, ooms, program), divergence=_divergence(out, program),
+                           deepest=_deepest(out, program, plan))
+    return tuple(sigs)
+
+
+def mechanism_counts(repro) -> dict[str, dict[str, int]]:
+    """trace -> {churn, frontier, both, neither -> count}, for every trace of the reproduction."""
+    table = counts_table(repro.mechanisms)
+    return {t["name"]: table.get(t["name"], dict.fromkeys(KINDS, 0))
+            for t in repro.traces}
+
+
+def section(repro) -> dict:
+    """What the report's mechanisms section reads: the table's columns and rows, the counts per trace."""
+    from ..analysis.mechanism import (CHURN_JACCARD_MIN, CHURN_RATE_MIN, FRONTIER_MIN_REMATS, MECHANISM_COLUMNS,
+                                      mechanism_row)
+
+    return {"rules": {"churn_rate": CHURN_RATE_MIN, "jaccard": CHURN_JACCARD_MIN, "remats": FRONTIER_MIN_REMATS},
+            "columns": MECHANISM_COLUMNS, "rows": [mechanism_row(s) for s in repro.mechanisms],
+            "counts": mechanism_counts(repro), "kinds": KINDS}
