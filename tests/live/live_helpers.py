@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from dtrlab.live.session import LiveSession
+
+
+@pytest.fixture(autouse=True)
+def deterministic_torch():
+    """Deterministic algorithms and one thread (replays must be bitwise); a module that imports
+    this fixture uses it in every test. Not a conftest.py: that name would shadow tests/conftest."""
+    threads = torch.get_num_threads()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)  # results then do not depend on how many cores are free
+    yield
+    torch.use_deterministic_algorithms(False)
+    torch.set_num_threads(threads)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 
 from dtrlab.capture.zoo import ZOO  # noqa: E402
 from dtrlab.live.session import LiveBudgetError, LiveSession  # noqa: E402
-from live_helpers import compare_training, resident_by_identity, same_bits  # noqa: E402
+from live_helpers import deterministic_torch, compare_training, resident_by_identity, same_bits  # noqa: E402,F401 (an autouse fixture)
 
 RATIOS = (0.3, 0.45, 0.6, 0.75, 0.9)
 

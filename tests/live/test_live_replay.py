@@ -13,7 +13,7 @@ from torch.nn import functional as F  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
 from dtrlab.errors import UsageError  # noqa: E402
 from dtrlab.live.session import LiveBudgetError, LiveSession, LiveTensor  # noqa: E402
-from live_helpers import compare_training, random_evictions, same_bits  # noqa: E402
+from live_helpers import deterministic_torch, compare_training, random_evictions, same_bits  # noqa: E402,F401 (an autouse fixture)
 
 
 def _zoo_training(name: str):
