@@ -34,13 +34,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..errors import UsageError
+from .schema import written_tensors
 from ..trace.read import BACKWARD, START, Alias, Annotate, Call, Constant, Instruction, Memory, Mutate, Release
-
-# Operators whose schema hides a mutation: eager batch norm updates its running statistics
-# in place (arguments 3 and 4) when training, though its schema marks no argument as written.
-_HIDDEN_MUTATIONS = {"aten.native_batch_norm.default": (3, 4), "aten.cudnn_batch_norm.default": (3, 4),
-                     "aten.miopen_batch_norm.default": (3, 4)}
-
 
 @dataclass(frozen=True)
 class Capture:
@@ -194,25 +189,7 @@ class Recorder(TorchDispatchMode):
 
     def _mutated(self, func, args, kwargs, inputs: list[torch.Tensor]) -> list[int]:
         """Indices (into `inputs`) of the tensors the operator writes in place."""
-        written: list[torch.Tensor] = []
-        schema = func._schema
-        for i, a in enumerate(schema.arguments):
-            hidden = i in _HIDDEN_MUTATIONS.get(str(func), ())
-            if not (hidden or (a.alias_info is not None and a.alias_info.is_write)):
-                continue
-            value = args[i] if i < len(args) else kwargs.get(a.name)
-            if hidden and not (len(args) > 5 and args[5]):  # batch norm writes only when training
-                continue
-            vs, _ = tree_flatten(value)
-            written.extend(v for v in vs if isinstance(v, torch.Tensor))
-        if not written and schema.name.endswith("_") and inputs:
-            written = [inputs[0]]  # an in-place operator whose schema does not say so
-        indices = []
-        for w in written:
-            k = next(j for j, t in enumerate(inputs) if t is w)
-            if k not in indices:
-                indices.append(k)
-        return indices
+        return [next(j for j, t in enumerate(inputs) if t is w) for w in written_tensors(func, args, kwargs)]
 
     def _emit(self, op: str, inputs, arg_names, mutated, out, time_ns: int) -> None:
         if mutated:
