@@ -97,21 +97,29 @@ def leaderboard(frame, grid: Sequence[float], names: Mapping[str, str] | None = 
     return out
 
 
+def shown_names(policies: Sequence[str]) -> dict[str, str]:
+    """Stored policy (as a run spec names it: a built-in's name, a registered formula's text) ->
+    the name a user gave it, for `leaderboard(..., names)`."""
+    from ..sim.policies import get_policy
+    from ..sweep.grid import portable_name
+
+    return {portable_name(get_policy(p)): p for p in policies}
+
+
 def rank_runs(source: str, programs: Sequence, policies: Sequence[str], grid: Sequence[float],
               fine: Sequence[float] = (), *, store, executor="local", workers: int | None = None,
               scheduler: str | None = None, runtime: str | None = None, overhead_limit: float | None = None,
               timeout_s: float | None = None, progress: bool = True):
     """Run the grid and fine ratios of every (trace, policy) through the results store (what it
     has is read back, so a second call simulates nothing); (store rows, name shown per policy, summary)."""
-    from ..sim.policies import get_policy
     from ..sim.runtimes import DEFAULT_RUNTIME
-    from ..sweep.grid import build_specs, portable_name
+    from ..sweep.grid import build_specs
     from ..sweep.run import run_sweep
     from ..sweep.store import Store
 
     specs = build_specs(str(source), programs, policies, [runtime or DEFAULT_RUNTIME],
                         sorted(set(grid) | set(fine)), overhead_limit=overhead_limit)
-    names = {portable_name(get_policy(p)): p for p in policies}
+    names = shown_names(policies)
     with Store(store) as opened:
         summary = run_sweep(specs, opened, executor, workers, scheduler, timeout_s=timeout_s,
                             progress=progress, report=False)

@@ -13,6 +13,7 @@ import jinja2
 from .. import __version__
 from .claims import DEMONSTRATED, HYPOTHESIS, study_missing
 from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
+from .leaderboard import context as leaderboard_context
 from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
 from .study import FETCH_AND_REPRODUCE
 from .tables import curve_rows, fmt_overhead, inversion_rows
@@ -46,7 +47,7 @@ def _context(repro, figures: dict) -> dict:
         "truncated": any(len(x.switches) > MAX_LISTED or len(x.inversions) > MAX_LISTED for x in found),
         "fetch": FETCH_AND_REPRODUCE, "study_missing": study_missing(claims),
         "curves": curve_rows(repro), "inversions": inversion_rows(repro), "focus": f,
-        "figures": figures, "runs": len(repro.frame),
+        "figures": figures, "runs": len(repro.frame), "leaderboard": leaderboard_context(repro.leaderboard),
     }
 
 

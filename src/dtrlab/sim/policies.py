@@ -132,6 +132,14 @@ _BUILTINS = [
     ("size", "score: 1 / size", "LargestStorage", "largest storage first"),
     ("random", "random", "RandomStorage", "uniform over the pool (seeded)"),
 ]
+# Remedies for the study's pathologies (the LSTM's regime switches, the ResNet-32 feasibility
+# inversion): DTR's score changed in one idea each, chosen by `dtrlab rank` on the public traces
+# (docs/policies.md has their leaderboard and what each does to each pathology).
+_REMEDIES = [
+    ("dtr-evict-penalty", "score: (compute + estar) * (1 + evictions) / (size * staleness)",
+     "DTR x (1 + times this storage was evicted): a storage evicted again and again is kept"),
+]
+REMEDY_POLICIES = tuple(name for name, *_ in _REMEDIES)
 # The sixteen ablations: cost term x size term x staleness term (no term at all: random).
 _ABLATION_COST = {"e": ("compute + estar", "E", "e*"), "eq": ("compute + eqclass", "Eq", "equivalence class"),
                   "local": ("compute", "Local", "local"), "none": ("1", "", "no cost")}
@@ -193,6 +201,8 @@ def register_policy(name: str, score: str | Formula | Score | None,
 def _register_builtins() -> None:
     for name, text, ref, desc in [*_BUILTINS, *_ablations()]:
         register_policy(name, text, reference=ref, description=desc, builtin=True)
+    for name, text, desc in _REMEDIES:
+        register_policy(name, text, description=desc, builtin=True)
 
 
 _register_builtins()
