@@ -136,8 +136,12 @@ _BUILTINS = [
 # inversion): DTR's score changed in one idea each, chosen by `dtrlab rank` on the public traces
 # (docs/policies.md has their leaderboard and what each does to each pathology).
 _REMEDIES = [
-    ("dtr-evict-penalty", "score: (compute + estar) * (1 + evictions) / (size * staleness)",
-     "DTR x (1 + times this storage was evicted): a storage evicted again and again is kept"),
+    ("dtr-ancestors-sq", "score: (compute + ancestors) ** 2 / (size * staleness)",
+     "DTR's cost cut to its ancestor half of e* (what rematerializing it needs first), squared"),
+    ("dtr-ancestors", "score: (compute + ancestors) / (size * staleness)",
+     "DTR's cost cut to its ancestor half of e* (msps's cost over DTR's denominator)"),
+    ("dtr-cost-sq", "score: (compute + estar) ** 2 / (size * staleness)",
+     "DTR with its cost squared: recompute cost outweighs size x staleness"),
 ]
 REMEDY_POLICIES = tuple(name for name, *_ in _REMEDIES)
 # The sixteen ablations: cost term x size term x staleness term (no term at all: random).
