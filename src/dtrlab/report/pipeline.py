@@ -34,8 +34,8 @@ from ..sweep.run import SweepSummary, refine_rounds, run_sweep
 from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
-from .leaderboard import Leaderboard
 from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
+from .leaderboard import Leaderboard
 from .memo import memo
 from .plan import FINE_STEP, FULL, QUICK, REFINE_POINTS, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
 from .study import STUDY_TRACES
