@@ -86,3 +86,21 @@ def test_rank_text_table_and_mistakes(tmp_path):
     bad = runner.invoke(app, ["rank", str(TRACES), "--executor", "ray"])  # click's own check (main: one line)
     assert bad.exit_code == 2 and "'ray' is not one of local, dask" in bad.stderr
     assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_a_fine_scan_named_for_a_trace_runs_on_that_trace_only(tmp_path):
+    res = runner.invoke(app, ["rank", str(TRACES), "-t", "resnet32", "-t", "unet", "-p", "dtr", "--ratios", "0.3,0.5",
+                              "--fine", "resnet32=0.100:0.108:0.001", "--fine", "0.4", "--store",
+                              str(tmp_path / "r.duckdb"), "-j", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["fine"] == {"resnet32": list(parse_ratios("0.100:0.108:0.001")), "": [0.4]}
+    budgets = {r["trace"]: r["budgets"] for r in out["rows"]}
+    # resnet32: the grid, 0.4 and its window's nine (0.101 ok, 0.102-0.106 out of memory: its inversion); unet: 3
+    assert budgets == {"resnet32": 12, "unet": 3, "all": 15}
+    inversions = {r["trace"]: r["inversions"] for r in out["rows"]}
+    program = public_program("resnet32")
+    outcomes = [simulate(program, budget_from_ratio(program, r), "dtr").outcome
+                for r in parse_ratios("0.100:0.108:0.001")]
+    assert inversions["resnet32"] == (1 if "oom" in outcomes[1:-1] and outcomes[-1] == "ok" else 0) == 1
+    assert inversions["unet"] == 0

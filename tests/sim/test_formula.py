@@ -16,7 +16,7 @@ from conftest import needs_compiled
 from dtrlab.errors import UsageError
 from dtrlab.sim import formula as fm
 from dtrlab.sim.formula import FormulaError, parse
-from dtrlab.sim.policies import POLICIES, StorageFeatures, get_policy, policy_key
+from dtrlab.sim.policies import POLICIES, REMEDY_POLICIES, StorageFeatures, get_policy, policy_key
 from formula_strategies import feature_values, formula_nodes
 
 I128 = 2**127
@@ -137,6 +137,13 @@ REFERENCE_SCORES = {  # the scores of simrd's heuristics (DTR paper, appendix), 
     "ab-none-stale": lambda f: _q(1, f.staleness_ns),
 }
 
+# dtrlab's remedies (docs/policies.md), by hand: not the reference's, so kept apart.
+REMEDY_SCORES = {
+    "dtr-ancestors-sq": lambda f: _q((f.compute_ns + f.ancestors_ns) ** 2, f.size_bytes * f.staleness_ns),
+    "dtr-ancestors": lambda f: _q(f.compute_ns + f.ancestors_ns, f.size_bytes * f.staleness_ns),
+    "dtr-cost-sq": lambda f: _q((f.compute_ns + f.neighborhood_ns) ** 2, f.size_bytes * f.staleness_ns),
+}
+
 _counts = st.integers(0, 2**45)
 _times = st.one_of(st.integers(0, 2**45), st.just(math.inf))
 storage_features = st.builds(
@@ -148,16 +155,17 @@ storage_features = st.builds(
 
 def test_every_builtin_is_a_formula():
     builtins = [p for p in POLICIES.values() if p.builtin]
-    assert len(builtins) == 25 and all(p.formula is not None for p in builtins)
+    assert len(builtins) == 25 + len(REMEDY_SCORES) and all(p.formula is not None for p in builtins)
     random = {p.name for p in builtins if p.is_random}
     assert random == {"random", "ab-none"}
-    assert set(REFERENCE_SCORES) == {p.name for p in builtins} - random
+    assert set(REFERENCE_SCORES) == {p.name for p in builtins} - random - set(REMEDY_SCORES)
+    assert set(REMEDY_SCORES) == set(REMEDY_POLICIES)
 
 
 @settings(max_examples=300, deadline=None)
 @given(storage_features)
 def test_builtin_formulas_are_the_reference_scores(f):
-    for name, reference in REFERENCE_SCORES.items():
+    for name, reference in {**REFERENCE_SCORES, **REMEDY_SCORES}.items():
         got, want = POLICIES[name].score(f), reference(f)
         assert type(got) is type(want) and got == want, name
 

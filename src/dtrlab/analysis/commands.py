@@ -437,13 +437,15 @@ def rank_cmd(
     trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                               help="Only traces whose name starts with NAME (repeatable; default: all)."),
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
-                                               help=POLICY_HELP + " Repeatable; default: the DTR paper's seven."),
+                                               help=POLICY_HELP + " Repeatable; default: the DTR paper's seven and "
+                                                                     "dtrlab's remedies."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     ratios: str = typer.Option(None, "--ratios", "-r", metavar="SPEC",
                                help="The grid the mean overhead is taken over (default: the paper's 0.1:1.0:0.1)."),
-    fine: Optional[str] = typer.Option(None, "--fine", metavar="SPEC",
-                                       help="Fine-scan ratios added to the stability figures, e.g. 0.090:0.120:0.001 "
-                                            "(default: none, the grid alone)."),
+    fine: Optional[List[str]] = typer.Option(None, "--fine", metavar="[NAME=]SPEC",
+                                             help="Fine-scan ratios added to the stability figures, e.g. "
+                                                  "0.090:0.120:0.001, or lstm=0.26:0.34:0.001 for the traces whose "
+                                                  "name starts with lstm (repeatable; default: none, the grid alone)."),
     runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
@@ -463,17 +465,18 @@ def rank_cmd(
     source = resolve_source(source, traces)
     from rich.table import Table
     from ..report.plan import COARSE_RATIOS, PAPER_POLICIES
+    from ..sim.policies import REMEDY_POLICIES
     from ..sim.policyfile import policies_given
     from ..trace import load
-    from .rank import ALL_TRACES, figure, leaderboard, rank_runs, save_figure
+    from .rank import ALL_TRACES, figure, fine_scans, leaderboard, rank_runs, save_figure
 
     if not factor > 1:
         raise UsageError(f"--factor must exceed 1, got {factor}")
     if executor is ExecutorName.local and scheduler is not None:
         raise UsageError("--scheduler is for --executor dask")
     grid = _ratios(ratios or COARSE_RATIOS)
-    fine_ratios = _ratios(fine) if fine else ()
-    names = policies_given(policy, policies_file, PAPER_POLICIES)
+    fine_ratios = fine_scans(fine or ())
+    names = policies_given(policy, policies_file, (*PAPER_POLICIES, *REMEDY_POLICIES))
     programs = load(source, list(trace) if trace else None)
     frame, shown, summary = rank_runs(source, programs, names, grid, fine_ratios, store=store, executor=executor.value,
                                       workers=workers, scheduler=scheduler, runtime=runtime,
@@ -487,12 +490,12 @@ def rank_cmd(
     if plot:
         typer.echo(f"figure: {save_figure(figure(frame, shown), plot)}", err=True)
     if as_json:
-        print_json({"grid": list(grid), "fine": list(fine_ratios), "runtime": runtime, "factor": factor,
+        print_json({"grid": list(grid), "fine": {k: list(v) for k, v in fine_ratios.items()}, "runtime": runtime, "factor": factor,
                     "overhead_limit": overhead_limit, "runs_new": summary.ran, "runs_stored": summary.skipped,
                     "rows": [r.to_dict() for r in rows]})
         return
     table = Table(title=f"policies ranked over {len(programs)} traces: grid {ratios or COARSE_RATIOS}"
-                        + (f", fine {fine}" if fine else "") + f" ({summary.ran} runs new, {summary.skipped} stored)",
+                        + (f", fine {' '.join(fine)}" if fine else "") + f" ({summary.ran} runs new, {summary.skipped} stored)",
                   title_justify="left")
     for col in ("policy", "trace", "feasible", "mean overhead", "smallest feasible", "budgets",
                 f"switches > {factor:g}x", "largest factor", "inversions"):

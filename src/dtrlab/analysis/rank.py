@@ -97,21 +97,51 @@ def leaderboard(frame, grid: Sequence[float], names: Mapping[str, str] | None = 
     return out
 
 
+def shown_names(policies: Sequence[str]) -> dict[str, str]:
+    """Stored policy (as a run spec names it: a built-in's name, a registered formula's text) ->
+    the name a user gave it, for `leaderboard(..., names)`."""
+    from ..sim.policies import get_policy
+    from ..sweep.grid import portable_name
+
+    return {portable_name(get_policy(p)): p for p in policies}
+
+
+def fine_scans(specs: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """`--fine` values: `SPEC` (every trace) or `NAME=SPEC` (the traces whose name starts with NAME),
+    as trace-name prefix ("" for every trace) -> ratios."""
+    from ..errors import UsageError
+    from ..sweep.grid import parse_ratios
+
+    out: dict[str, set[float]] = {}
+    for spec in specs:
+        prefix, _, ratios = spec.rpartition("=")
+        if "=" in spec and not prefix.strip():
+            raise UsageError(f"--fine {spec!r}: no trace name before '='")
+        out.setdefault(prefix.strip(), set()).update(parse_ratios(ratios))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def _fine_for(name: str, fine: Mapping[str, Sequence[float]]) -> set[float]:
+    return {r for prefix, ratios in fine.items() if name.startswith(prefix) for r in ratios}
+
+
 def rank_runs(source: str, programs: Sequence, policies: Sequence[str], grid: Sequence[float],
-              fine: Sequence[float] = (), *, store, executor="local", workers: int | None = None,
+              fine: Mapping[str, Sequence[float]] | Sequence[float] = (), *, store, executor="local", workers: int | None = None,
               scheduler: str | None = None, runtime: str | None = None, overhead_limit: float | None = None,
               timeout_s: float | None = None, progress: bool = True):
     """Run the grid and fine ratios of every (trace, policy) through the results store (what it
-    has is read back, so a second call simulates nothing); (store rows, name shown per policy, summary)."""
-    from ..sim.policies import get_policy
+    has is read back, so a second call simulates nothing); (store rows, name shown per policy, summary).
+    `fine`: ratios for every trace, or trace-name prefix -> ratios (as `fine_scans` gives them)."""
     from ..sim.runtimes import DEFAULT_RUNTIME
-    from ..sweep.grid import build_specs, portable_name
+    from ..sweep.grid import build_specs
     from ..sweep.run import run_sweep
     from ..sweep.store import Store
 
-    specs = build_specs(str(source), programs, policies, [runtime or DEFAULT_RUNTIME],
-                        sorted(set(grid) | set(fine)), overhead_limit=overhead_limit)
-    names = {portable_name(get_policy(p)): p for p in policies}
+    fine = fine if isinstance(fine, Mapping) else {"": tuple(fine)}
+    specs = [s for program in programs
+             for s in build_specs(str(source), [program], policies, [runtime or DEFAULT_RUNTIME],
+                                  sorted(set(grid) | _fine_for(program.name, fine)), overhead_limit=overhead_limit)]
+    names = shown_names(policies)
     with Store(store) as opened:
         summary = run_sweep(specs, opened, executor, workers, scheduler, timeout_s=timeout_s,
                             progress=progress, report=False)

@@ -6,11 +6,11 @@ first: what was found on the traces given, the claims, how to get the study's tr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..options import TRACES_OPT
+from ..options import POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT
 from ..output import console
 from ..trace import choose_source
 
@@ -47,11 +47,15 @@ def reproduce_cmd(
     quick: bool = typer.Option(False, "--quick", help="A small version for CI (a few traces and budgets)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", metavar="N",
                                           help="Worker processes (default: one a core)."),
+    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
+                                               help=POLICY_HELP + " Repeatable: each joins the leaderboard."),
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
 ) -> None:
     """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
     from ..errors import UsageError
     from .claims import study_missing
     from .findings import found_line, found_on
+    from ..sim.policyfile import policies_given
     from .pipeline import reproduce
     from .plan import SUBJECT_POLICY
     from .study import FETCH_AND_REPRODUCE
@@ -59,9 +63,10 @@ def reproduce_cmd(
 
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
+    extra = tuple(policies_given(policy, policies_file, ()))  # a bad one is one line before any work
     err = console(stderr=True)
     repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
-                      progress=err.is_terminal)
+                      progress=err.is_terminal, policies=extra)
     out_console = console()
     out_console.print(_claims(repro))
     out_console.print("[bold]found on these traces[/bold]")

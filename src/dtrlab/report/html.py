@@ -14,6 +14,7 @@ from .. import __version__
 from .claims import DEMONSTRATED, HYPOTHESIS, study_missing
 from .mechanisms import section as mechanisms_section
 from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
+from .leaderboard import context as leaderboard_context
 from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
 from .study import FETCH_AND_REPRODUCE
 from .tables import curve_rows, fmt_overhead, inversion_rows
@@ -48,6 +49,7 @@ def _context(repro, figures: dict) -> dict:
         "fetch": FETCH_AND_REPRODUCE, "study_missing": study_missing(claims),
         "curves": curve_rows(repro), "inversions": inversion_rows(repro), "focus": f,
         "figures": figures, "runs": len(repro.frame), "mech": mechanisms_section(repro),
+        "leaderboard": leaderboard_context(repro.leaderboard),
     }
 
 

@@ -35,6 +35,7 @@ from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
+from .leaderboard import Leaderboard
 from .mechanisms import mechanisms_of
 from .memo import memo
 from .plan import FINE_STEP, FULL, QUICK, REFINE_POINTS, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
@@ -118,6 +119,7 @@ class Reproduction:
     study_pair: StudyPair | None = None  # the study's LSTM pairs (a1-a3, c), when the study's LSTM is here
     mechanisms: tuple = ()  # analysis.mechanism.Signature of every switch and inversion of the subject policy
     claims: tuple = ()
+    leaderboard: Leaderboard | None = None  # the policies ranked (report.leaderboard); None: the plan ranks none
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     new_runs: int = 0  # simulated by this call; the rest were in the store
     peaks: tuple[PeakGap, ...] = ()  # traces that carry a recorder peak (captures): the three peaks
@@ -156,8 +158,9 @@ def _window(center_lo: float, center_hi: float, half_width: str) -> tuple[float,
 STAGES = ("reading traces", "coarse curves", "fine scans around every switch and failure",
           "churn and first divergence of the focus", "ablation table (16 ab-* policies)",
           "explaining every inversion's out-of-memory", "churn of every neighbouring fine switch",
-          "mechanism of every switch and inversion", "timelines of the focus switch and an out-of-memory",
-          "claims of the study", "figures, report.html, summary.md, results.parquet")
+          "leaderboard of the policies", "mechanism of every switch and inversion",
+          "timelines of the focus switch and an out-of-memory", "claims of the study",
+          "figures, report.html, summary.md, results.parquet")
 
 
 class _Stages:
@@ -194,9 +197,10 @@ def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, 
 
 def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
               workers: int | None = None, console: Console | None = None, progress: bool = True,
-              plan: Plan | None = None) -> Reproduction:
+              plan: Plan | None = None, policies: tuple[str, ...] = ()) -> Reproduction:
     """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir;
-    `plan` (default: the quick or the full plan) says what is run."""
+    `plan` (default: the quick or the full plan) says what is run; `policies` (names, formulas) join
+    its leaderboard."""
     from .write import write_run_record
 
     plan = plan or (QUICK if quick else FULL)
@@ -213,7 +217,7 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
         created = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
         try:
-            repro = _study(path, label, plan, programs, peaks, out, stages, workers, progress)
+            repro = _study(path, label, plan, programs, peaks, out, stages, workers, progress, tuple(policies))
         except BaseException:
             if created:  # a failure leaves no empty folder behind; one with runs in it stays
                 with contextlib.suppress(OSError):
@@ -225,7 +229,8 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
 
 
 def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tuple[PeakGap, ...], out: Path,
-           stages: _Stages, workers: int | None, progress: bool) -> Reproduction:
+           stages: _Stages, workers: int | None, progress: bool, extra: tuple[str, ...] = ()) -> Reproduction:
+    from . import leaderboard
     from .claims import evaluate
     from .write import write_all
 
@@ -241,6 +246,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
             coarse = plan.coarse()  # none in a plan of fine windows only
             specs = build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit) if coarse else []
             new_runs += _sweep(specs, store, plan, workers, progress)
+        ranked = list(specs)  # what the leaderboard reads: the coarse curves, the windows, its own runs
         with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):
             refinable = [s for s in specs if s.policy in plan.refine_policies
                          and s.trace_sha256 not in plan.refine_skip]
@@ -254,6 +260,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                     new = build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], window, **limit)
                     new_runs += _sweep(new, store, plan, workers, progress)
                     specs += new
+                    ranked += new
         frame = store.rows(s.key for s in specs)
         found = curves(frame, SWITCH_FACTOR)
 
@@ -285,6 +292,14 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
             ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
         with stages.stage("churn of every neighbouring fine switch"):
             pairs = _pair_churn(out, found, by_name, plan, pair)
+        board = None
+        with stages.stage("leaderboard of the policies"):
+            if plan.ranks:
+                new = leaderboard.specs(path, programs, plan, extra, **limit)
+                new_runs += _sweep(new, store, plan, workers, progress)
+                board = leaderboard.build(store.rows(s.key for s in ranked + new), plan, extra,
+                                          sum(bool(plan.window(p)) for p in programs))
+                frame = pd.concat([frame, store.rows(s.key for s in new)], ignore_index=True)
         with stages.stage("mechanism of every switch and inversion"):
             mechs = mechanisms_of(out, found, by_name, ooms, plan)
     finally:
@@ -295,7 +310,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
 
         written = write_timelines(out, by_name, focus, ooms)
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
-                         study_pair=pair, mechanisms=mechs, new_runs=new_runs, peaks=peaks, timelines=written)
+                         study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs, peaks=peaks,
+                         timelines=written)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):

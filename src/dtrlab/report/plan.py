@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ..defaults import DEFAULT_SWITCH_FACTOR
+from ..sim.policies import REMEDY_POLICIES
 from ..sweep.grid import parse_ratios, ratio_literal
 from ..trace.lower import Program
 from .study import STUDY_TRACES
@@ -74,6 +75,14 @@ class Plan:
     overhead_cap: float = OVERHEAD_CAP
     # Only these traces (sha256s; empty: every trace the source has, cut by max_total_operators).
     traces: tuple[str, ...] = ()
+    # Ranked beside `policies` in the leaderboard (report.leaderboard), over the coarse grid and the
+    # windows: the remedies dtrlab ships for the study's pathologies.
+    remedies: tuple[str, ...] = REMEDY_POLICIES
+
+    @property
+    def ranks(self) -> bool:
+        """Whether the report has a leaderboard: its mean overheads are over the coarse grid."""
+        return bool(self.coarse_ratios)
 
     def coarse(self) -> tuple[float, ...]:
         return parse_ratios(self.coarse_ratios) if self.coarse_ratios else ()

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from .. import __version__
-from . import plots
+from . import leaderboard, plots
 from .html import render_html, render_markdown
 from .plan import SUBJECT_POLICY, fine_neighbours
 
@@ -64,6 +64,9 @@ def _figures(repro) -> dict[str, dict]:
         a = repro.ablation
         keep("ablation-heatmap", plots.ablation_heatmap(a.trace, a.ratios, a.curves),
              f"{a.trace}: every ablation of the DTR score over the budgets around the focus.")
+    if repro.leaderboard is not None:
+        keep("leaderboard", leaderboard.figure(repro.leaderboard),
+             "Every ranked policy's overhead against budget on each trace (feasible budgets; log scale).")
     return out
 
 

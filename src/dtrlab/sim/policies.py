@@ -132,6 +132,18 @@ _BUILTINS = [
     ("size", "score: 1 / size", "LargestStorage", "largest storage first"),
     ("random", "random", "RandomStorage", "uniform over the pool (seeded)"),
 ]
+# Remedies for the study's pathologies (the LSTM's regime switches, the ResNet-32 feasibility
+# inversion): DTR's score changed in one idea each, chosen by `dtrlab rank` on the public traces
+# (docs/policies.md has their leaderboard and what each does to each pathology).
+_REMEDIES = [
+    ("dtr-ancestors-sq", "score: (compute + ancestors) ** 2 / (size * staleness)",
+     "DTR's cost cut to its ancestor half of e* (what rematerializing it needs first), squared"),
+    ("dtr-ancestors", "score: (compute + ancestors) / (size * staleness)",
+     "DTR's cost cut to its ancestor half of e* (msps's cost over DTR's denominator)"),
+    ("dtr-cost-sq", "score: (compute + estar) ** 2 / (size * staleness)",
+     "DTR with its cost squared: recompute cost outweighs size x staleness"),
+]
+REMEDY_POLICIES = tuple(name for name, *_ in _REMEDIES)
 # The sixteen ablations: cost term x size term x staleness term (no term at all: random).
 _ABLATION_COST = {"e": ("compute + estar", "E", "e*"), "eq": ("compute + eqclass", "Eq", "equivalence class"),
                   "local": ("compute", "Local", "local"), "none": ("1", "", "no cost")}
@@ -193,6 +205,8 @@ def register_policy(name: str, score: str | Formula | Score | None,
 def _register_builtins() -> None:
     for name, text, ref, desc in [*_BUILTINS, *_ablations()]:
         register_policy(name, text, reference=ref, description=desc, builtin=True)
+    for name, text, desc in _REMEDIES:
+        register_policy(name, text, description=desc, builtin=True)
 
 
 _register_builtins()
