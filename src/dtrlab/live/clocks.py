@@ -28,9 +28,8 @@ def trace_costs(capture: Capture) -> list[tuple[str, OpCost]]:
             out.append((ins.name, OpCost(ins.time_ns, 0)))
             pending_mutate = True
         elif isinstance(ins, TraceCall):
-            if pending_mutate and out[-1][0] == ins.name and ins.time_ns == 0:
-                out[-1] = (ins.name, OpCost(out[-1][1].mutate_ns, 0))
-            else:
+            # the results of the MUTATE just written: one live operator, its entry already stands
+            if not (pending_mutate and out[-1][0] == ins.name and ins.time_ns == 0):
                 out.append((ins.name, OpCost(0, ins.time_ns)))
             pending_mutate = False
         else:

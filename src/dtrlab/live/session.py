@@ -38,7 +38,7 @@ from ..defaults import DEFAULT_POLICY
 from ..errors import DtrlabError, UsageError
 from ..sim.policies import Policy
 from .clocks import Clock, UnitClock
-from .graph import Call, Handle, OpCost, Record, Storage
+from .graph import Call, Handle, Record, Storage
 from .scoring import Chooser
 
 
