@@ -75,3 +75,8 @@ def compare_training(make, session_kwargs: dict, seed: int = 1):
     for (name, b0), b1 in zip(plain_model.named_buffers(), live_model.buffers()):
         pairs.append((name, b0, b1))
     return session, pairs
+
+
+def by_last_access(f) -> float:
+    """A policy as a Python function of StorageFeatures (`live_helpers:by_last_access`): LRU."""
+    return f.last_access_ns

@@ -1,8 +1,10 @@
 """The live session: every aten operator of a PyTorch step, below autograd, under a memory budget.
 
 Owns dispatch (wrapping results in LiveTensor), replay (with an explicit stack), the rules for
-views, in-place writes and random operators, eviction and the byte count. Which storage to
-evict is asked of `choose` (a function of the evictable storages, or None for the oldest use).
+views, in-place writes and random operators, eviction, the byte count and the clock. Which storage
+to evict is the simulator's policy's choice (scoring.py), over the pool kept as the engine keeps it
+(a storage joins when made or unlocked, leaves when locked or evicted); costs come from a clock
+(clocks.py).
 
 The rules (docs/live.md says why each is sound):
 - Storage is the unit: a result sharing an argument's storage is a view of it (no new bytes);
@@ -23,6 +25,7 @@ The rules (docs/live.md says why each is sound):
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from typing import Callable, Iterable
 
@@ -31,10 +34,12 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..capture.schema import written_tensors
+from ..defaults import DEFAULT_POLICY
 from ..errors import DtrlabError, UsageError
+from ..sim.policies import Policy
+from .clocks import Clock, UnitClock
 from .graph import Call, Handle, Record, Storage
-
-Choose = Callable[[list[Storage]], Storage]
+from .scoring import Chooser
 
 
 class LiveBudgetError(DtrlabError):
@@ -98,24 +103,32 @@ class LiveTensor(torch.Tensor):
 class LiveSession(TorchDispatchMode):
     """Run a step inside `with session:`; results are LiveTensors, `value(t)` reads one.
 
+    policy: any policy the simulator takes (sim.policies.get_policy); clock: what an operator costs
+    (clocks.py; default: every run costs 1); seed: the random policy's.
     after_op: called after every operator's first run (tests use it to force evictions)."""
 
-    def __init__(self, budget_bytes: float = math.inf, choose: Choose | None = None,
-                 after_op: Callable[["LiveSession"], None] | None = None) -> None:
+    def __init__(self, budget_bytes: float = math.inf, policy: str | Policy = DEFAULT_POLICY,
+                 clock: Clock | None = None, after_op: Callable[["LiveSession"], None] | None = None,
+                 seed: int = 0) -> None:
         super().__init__()
         self.budget_bytes = budget_bytes
-        self._choose = choose or (lambda pool: min(pool, key=lambda s: s.last_use))
+        self.chooser = Chooser(policy, seed)
+        self.clock = clock or UnitClock()
         self._after_op = after_op
         # id(caller's tensor) -> (the tensor, its record); holding the tensor keeps the id unique
         self._constants: dict[int, tuple[torch.Tensor, Record]] = {}
         self._constant_storages: dict[int, Storage] = {}  # data pointer -> the caller's storage
         self._snapshots: list[Storage] = []  # old bytes of constants written in place, pinned
         self._resident: dict[int, Storage] = {}  # resident storages made in the step
+        self._pool: dict[int, Storage] = {}  # the evictable ones, in the engine's pool order
+        self._made: list[Storage] = []  # storages the first run in flight made (not yet in the pool)
+        self._handles: dict[int, Handle] = {}  # live wrappers' handles by creation serial
         self._released: list[Handle] = []  # handles of wrappers that died, handled between operators
         self._next_id = 0
         self.resident_bytes = 0
         self.peak_bytes = 0
-        self.clock = 0  # operator runs, first runs and replays alike
+        self.clock_ns = 1  # the engine's clock starts at 1 too
+        self.remat_ns = 0  # clock spent on replays
         self.operators = 0  # first runs
         self.replays = 0
         self.evictions = 0  # chosen to meet the budget
@@ -134,8 +147,16 @@ class LiveSession(TorchDispatchMode):
         r = t._handle.record
         with _disable_current_modes():  # called inside the step too: replays run plain operators
             for s in self._ensure(Call(None, None, [r], (), None)):
-                s.locks -= 1
+                self._unlock(s)
         return r.value
+
+    def pin_outputs(self) -> None:
+        """After the step: bring back every tensor still alive, in creation order, and keep it (as
+        the trace format pins the outputs still referenced at the end, rematerializing them)."""
+        self._flush()
+        with _disable_current_modes():
+            for _, h in sorted(self._handles.items()):
+                self._ensure(Call(None, None, [h.record], (), None))  # its locks are kept: pinned
 
     def storages(self) -> Iterable[Storage]:
         """Every storage the session holds bytes for (resident ones made in the step, constants)."""
@@ -150,8 +171,8 @@ class LiveSession(TorchDispatchMode):
         self.resident_bytes += nbytes
         self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
         if not constant:
-            s.last_use = self.clock
             self._resident[s.id] = s
+            self._made.append(s)
         return s
 
     def _constant(self, t: torch.Tensor) -> Record:
@@ -171,7 +192,9 @@ class LiveSession(TorchDispatchMode):
         return r
 
     def _wrap(self, r: Record) -> LiveTensor:
-        h = Handle(r)
+        h = Handle(r, self._next_id)
+        self._next_id += 1
+        self._handles[h.serial] = h
         r.storage.handles.add(h)
         w = LiveTensor(self, h)
         weakref.finalize(w, self._released.append, h)
@@ -186,19 +209,32 @@ class LiveSession(TorchDispatchMode):
     def _flush(self) -> None:
         while self._released:
             h = self._released.pop()
+            del self._handles[h.serial]
             s = h.record.storage
             s.handles.discard(h)
             if not s.handles and not s.constant and s.resident:
                 self._evict(s, by_budget=False)
 
     # --- eviction ------------------------------------------------------------------------
+    def _lock(self, s: Storage) -> None:
+        if s.locks == 0:
+            self._pool.pop(s.id, None)
+        s.locks += 1
+
+    def _unlock(self, s: Storage) -> None:
+        s.locks -= 1
+        if s.locks == 0 and s.id in self._resident:
+            self._pool[s.id] = s
+
     def _evict(self, s: Storage, by_budget: bool) -> None:
         for r in s.records:
             r.value = None
         del self._resident[s.id]
+        self._pool.pop(s.id, None)
         self.resident_bytes -= s.nbytes
         if by_budget:
             self.evictions += 1
+            s.evictions += 1
             self.evicted.append(s.id)
         else:
             self.eager_evictions += 1
@@ -210,14 +246,16 @@ class LiveSession(TorchDispatchMode):
         self._evict(s, by_budget=True)
 
     def evictable(self) -> list[Storage]:
-        return [s for s in self._resident.values() if s.locks == 0]
+        """The pool: resident, unlocked storages made in the step, in the order the engine keeps."""
+        return list(self._pool.values())
 
     def _make_room(self, need_bytes: int) -> None:
         while self.resident_bytes + need_bytes > self.budget_bytes:
-            pool = self.evictable()
-            if not pool:
+            if not self._pool:
                 raise LiveBudgetError(self._why_stuck(need_bytes))
-            self._evict(self._choose(pool), by_budget=True)
+            choice = self.chooser.choose(self.evictable(), self.clock_ns, self.budget_bytes,
+                                         self.resident_bytes + need_bytes)
+            self._evict(choice, by_budget=True)
 
     def _why_stuck(self, need_bytes: int) -> str:
         pinned = [s for s in self.storages() if s.constant]
@@ -234,6 +272,7 @@ class LiveSession(TorchDispatchMode):
 
         An explicit stack, not recursion (rematerialization chains are deep): a frame is
         [call, next record, storages it locked]. Returns the storages locked for `call`."""
+        self._touch(call)
         stack: list[list] = [[call, 0, []]]
         while True:
             frame = stack[-1]
@@ -246,9 +285,10 @@ class LiveSession(TorchDispatchMode):
                     producer = (r.storage.root if r.window else r).call
                     if any(f[0] is producer for f in stack):
                         raise AssertionError(f"a recipe that reads itself: {producer.func}")
+                    self._touch(producer)
                     stack.append([producer, 0, []])
                     continue
-                r.storage.locks += 1
+                self._lock(r.storage)
                 locked.append(r.storage)
                 frame[1] = i + 1
                 continue
@@ -256,8 +296,14 @@ class LiveSession(TorchDispatchMode):
                 return locked
             self._replay(c)
             for s in locked:
-                s.locks -= 1
+                self._unlock(s)
             stack.pop()
+
+    def _touch(self, call: Call) -> None:
+        """A call about to run: its arguments' storages were used now (the engine's last access)."""
+        if call.func is not None:
+            for r in call.records:
+                r.storage.last_access_ns = self.clock_ns
 
     def _replay(self, call: Call) -> None:
         outs = [o() if o is not None else None for o in call.outputs]
@@ -266,8 +312,11 @@ class LiveSession(TorchDispatchMode):
         produced.update((r.storage.id, r.storage) for r in roots.values() if r is not None)
         made = {sid: s for sid, s in produced.items() if not s.resident}  # what this replay brings back
         self._make_room(sum(s.nbytes for s in made.values()))
-        flat, _, scratch = self._execute(call, [x.value if isinstance(x, Record) else x for x in call.leaves],
-                                         replay=True)
+        flat, _, scratch, elapsed_ns = self._execute(call, [x.value if isinstance(x, Record) else x
+                                                            for x in call.leaves], replay=True)
+        cost_ns = self.clock.replay(call.cost, elapsed_ns)
+        self.clock_ns += cost_ns
+        self.remat_ns += cost_ns
         self.replays += 1
         for sid, r in roots.items():
             if r is not None and r.storage.id in made:
@@ -281,15 +330,17 @@ class LiveSession(TorchDispatchMode):
             if sid in made or (sid not in produced and r.storage.resident):
                 r.value = v
         for s in made.values():
-            s.last_use = self.clock
+            s.remats += 1
             self.resident_bytes += s.nbytes
             self._resident[s.id] = s
+            if s.locks == 0:
+                self._pool[s.id] = s
         self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
 
     def _execute(self, call: Call, values: list, replay: bool):
         """Run the call's operator on `values` (its leaves). Writes go to scratch copies of the
         storages written, except a constant's on the first run, which is written in place.
-        Returns the flattened outputs, their spec and the scratch bytes by storage id."""
+        Returns the flattened outputs, their spec, the scratch bytes by storage id and the elapsed ns."""
         scratch: dict[int, torch.UntypedStorage] = {}
         for pos in call.mutated:
             s = call.leaves[pos].storage
@@ -300,15 +351,18 @@ class LiveSession(TorchDispatchMode):
                 if isinstance(r, Record) and r.storage.id in scratch:
                     values[pos] = r.like(scratch[r.storage.id])
         args, kwargs = tree_unflatten(values, call.spec)
-        self.clock += 1
         if call.rng is None or not replay:
+            start_ns = time.perf_counter_ns()
             out = call.func(*args, **kwargs)
+            elapsed_ns = time.perf_counter_ns() - start_ns
         else:
             with torch.random.fork_rng(devices=list(call.rng[1])):
                 _set_rng(call.rng)
+                start_ns = time.perf_counter_ns()
                 out = call.func(*args, **kwargs)
+                elapsed_ns = time.perf_counter_ns() - start_ns
         flat, spec = tree_flatten(out)
-        return flat, spec, scratch
+        return flat, spec, scratch, elapsed_ns
 
     # --- the first run of an operator ------------------------------------------------------
     def dispatch(self, func, args, kwargs):
@@ -333,16 +387,43 @@ class LiveSession(TorchDispatchMode):
         # The caller's own tensors for constants (a constant's write goes to them), else the records'.
         values = [x if isinstance(x, torch.Tensor) and not isinstance(x, LiveTensor) else
                   r.value if isinstance(r, Record) else x for x, r in zip(flat, leaves)]
-        out_flat, out_spec, scratch = self._execute(call, values, replay=False)
+        out_flat, out_spec, scratch, elapsed_ns = self._execute(call, values, replay=False)
         self.operators += 1
-        for s in locked:
-            s.locks -= 1
-            s.last_use = self.clock
+        # Would the trace recorder write this operator (a result that is no argument, or a write)?
+        recorded = bool(mutated) or any(isinstance(v, torch.Tensor) and not any(v is x for x in values)
+                                        for v in out_flat)
+        call.cost = self.clock.first_run(str(func), bool(mutated), elapsed_ns, recorded)
+        self._made = []
         result = tree_unflatten(self._results(call, flat, values, out_flat, scratch, written_constants), out_spec)
+        # As the engine: room is made with the arguments locked and before the results join the
+        # pool, on the clock before the operator; then its results join, then its arguments.
         self._make_room(0)
+        self.clock_ns += call.cost.total_ns
+        for s in self._made:
+            if s.locks == 0 and s.id in self._resident:
+                self._pool[s.id] = s
+        for s in locked:
+            self._unlock(s)
+        for o in call.outputs:
+            r = o() if o is not None else None
+            if r is not None:
+                r.storage.last_access_ns = self.clock_ns
+        for ref in call.new_roots.values():
+            if ref() is not None:
+                ref().storage.last_access_ns = self.clock_ns
         if self._after_op is not None:
             self._after_op(self)
         return result
+
+    def _charge(self, call: Call, s: Storage, cost_ns: int) -> None:
+        """Storage `s` gets a tensor from `call`: its cost counts in s's compute, its arguments'
+        storages become s's parents (the graph a policy's e* is traversed on)."""
+        s.compute_ns += cost_ns
+        for r in call.records:
+            p = r.storage
+            if p is not s:
+                s.parents[p.id] = p
+                p.children[s.id] = s
 
     def _snapshot(self, s: Storage) -> None:
         """Before a constant is written in place: its records move to a pinned copy of its bytes
@@ -372,6 +453,7 @@ class LiveSession(TorchDispatchMode):
             old = call.leaves[pos].storage
             if old.id in scratch and old.id not in new:
                 s = self._storage(old.nbytes, False)
+                self._charge(call, s, call.cost.mutate_ns)
                 s.root = Record(s, old.root.like(scratch[old.id]), call, -1)
                 call.new_roots[old.id] = weakref.ref(s.root)
                 new[old.id] = s
@@ -385,6 +467,7 @@ class LiveSession(TorchDispatchMode):
                 st = r.storage if isinstance(x, LiveTensor) else self._constant(x).storage
                 by_ptr.setdefault(_ptr(v), new.get(st.id, st))
         out, outputs = [], []
+        charged = set(s.id for s in new.values())  # each call counts once per storage, as the engine's
         for j, v in enumerate(out_flat):
             if not isinstance(v, torch.Tensor):
                 out.append(v)
@@ -400,9 +483,14 @@ class LiveSession(TorchDispatchMode):
             if s is not None and s.id in written_constants:
                 r = Record(s, v, window=True)  # a view of a constant written in place: its new bytes
             elif s is not None:
+                if s.id not in charged:
+                    charged.add(s.id)
+                    self._charge(call, s, call.cost.call_ns)
                 r = Record(s, v, call, j)
             else:
                 s = self._storage(v.untyped_storage().nbytes(), False)
+                charged.add(s.id)
+                self._charge(call, s, call.cost.call_ns)
                 r = Record(s, v, call, j)
                 s.root = r
                 if ptr:

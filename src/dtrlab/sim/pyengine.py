@@ -52,6 +52,23 @@ def _remove_all(items: list, x, count: int) -> None:
         items[:] = [y for y in items if y != x]
 
 
+def scan_pool(pool, score) -> tuple:
+    """The reference's choice over `pool` (in its order): the last candidate whose score is <= the
+    best so far, stopping at the first score of exactly 0. Returns (chosen, its score, scores
+    evaluated); the live runtime chooses with it too."""
+    best, best_s, evals = INF, -1, 0
+    for s in pool:
+        cost = score(s)
+        evals += 1
+        if cost <= best:
+            best, best_s = cost, s
+        elif cost != cost and best == INF:
+            best_s = s  # a NaN score counts as +inf: it ties with inf, to the last
+        if cost == 0:
+            break
+    return best_s, best, evals
+
+
 class _OutOfMemory(Exception):
     pass
 
@@ -327,18 +344,9 @@ class Engine:
             self.score_evals += 1
             pool = list(self.pool)
             return pool[self.rng.below(len(pool))]
-        score = self._score
-        best, best_s = INF, -1
         try:
-            for s in self.pool:
-                cost = score(s)
-                self.score_evals += 1
-                if cost <= best:
-                    best, best_s = cost, s
-                elif cost != cost and best == INF:
-                    best_s = s  # a NaN score counts as +inf: it ties with inf, to the last
-                if cost == 0:
-                    break
+            best_s, best, evals = scan_pool(self.pool, self._score)
+            self.score_evals += evals
         except OverflowError:
             raise UsageError(f"policy {self.policy.name}: a score is too large for a float "
                              f"(at clock {self.clock})") from None
