@@ -17,10 +17,10 @@ from ..options import POLICIES_FILE_OPT, POLICY_HELP
 from ..output import clean, console, print_json
 
 # Why the two columns of --compare-sim differ, in one line (docs/live.md says it at length).
-WHY_THEY_DIFFER = ("live and simulated differ where the live run counts an in-place write as the same "
-                   "storage (the trace's MUTATE makes a new one, so its peak and a ratio's budget are "
-                   "higher), scores e* fresh, and makes room once per operator: docs/live.md, "
-                   "\"Decision parity\"")
+WHY_THEY_DIFFER = ("live and simulated differ: they count memory differently (an in-place write keeps "
+                   "its storage live, the trace's MUTATE makes a new one; the live run counts constants' "
+                   "snapshots), so a ratio is a different budget; the live run scores e* fresh and makes "
+                   "room once per operator: docs/live.md, \"Decision parity\"")
 
 
 def run(

@@ -31,14 +31,11 @@ def overhead_of(clock_ns: int, remat_ns: int) -> float | None:
 
 
 @dataclass(frozen=True)
-class LiveRun:
-    """One step under a LiveSession. outcome: ok, or oom (error: the LiveBudgetError's line, the
-    figures those of the step until then); remats: operators replayed; wall_s: the step's wall
-    time, pinning its outputs included; cuda_*: the CUDA allocator's own figures (None on CPU)."""
+class Figures:
+    """What a run under a budget did, in the same terms live and simulated. outcome: ok or oom;
+    remats: operators replayed (rerun); overhead: clock / compute (None for a run that did not finish)."""
 
-    step: int
     outcome: str
-    error: str | None
     budget_bytes: int
     peak_bytes: int
     evictions: int
@@ -47,33 +44,31 @@ class LiveRun:
     clock_ns: int
     remat_ns: int
     overhead: float | None
-    wall_s: float
-    cuda_peak_bytes: int | None = None
-    cuda_outside_bytes: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 @dataclass(frozen=True)
-class SimRun:
-    """The simulation of the captured trace (eager-optimized runtime), in LiveRun's terms; remats
-    are the engine's rematerializations (operators rerun), peak_bytes its trace's own accounting."""
+class LiveRun(Figures):
+    """One step under a LiveSession. error: the LiveBudgetError's line of an oom (the figures are
+    those of the step until then); wall_s: the step's wall time, pinning its outputs included;
+    cuda_*: the CUDA allocator's own figures (None on CPU)."""
 
-    outcome: str
-    budget_bytes: int
-    trace_peak_bytes: int
-    peak_bytes: int
-    evictions: int
-    eager_evictions: int
-    remats: int
-    clock_ns: int
-    remat_ns: int
-    overhead: float | None
-    runtime: str
+    step: int = 1
+    error: str | None = None
+    wall_s: float = 0.0
+    cuda_peak_bytes: int | None = None
+    cuda_outside_bytes: int | None = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+@dataclass(frozen=True)
+class SimRun(Figures):
+    """The simulation of the captured trace, in the same terms; remats are the engine's
+    rematerializations (operators rerun), peak_bytes its trace's own accounting."""
+
+    trace_peak_bytes: int = 0
+    runtime: str = DEFAULT_RUNTIME
 
 
 @dataclass(frozen=True)
@@ -137,10 +132,10 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
         # what the allocator held before the step that is no tensor the session counts (the
         # constants are counted; cuBLAS's workspace, for one, is not)
         outside -= sum(s.nbytes for s in session.storages() if s.constant)
-    return LiveRun(number, OK if error is None else OOM, error, int(budget_bytes), session.peak_bytes,
-                   session.evictions, session.eager_evictions, session.replays, session.clock_ns,
-                   session.remat_ns, overhead_of(session.clock_ns, session.remat_ns) if error is None else None,
-                   wall_s, cuda_peak, outside)
+    return LiveRun(OK if error is None else OOM, int(budget_bytes), session.peak_bytes, session.evictions,
+                   session.eager_evictions, session.replays, session.clock_ns, session.remat_ns,
+                   overhead_of(session.clock_ns, session.remat_ns) if error is None else None,
+                   step=number, error=error, wall_s=wall_s, cuda_peak_bytes=cuda_peak, cuda_outside_bytes=outside)
 
 
 def unbounded_peak(step: Callable[[], object]) -> int:
@@ -165,9 +160,9 @@ def simulate_capture(capture, label: str, ratio: float | None, budget_bytes: int
     result = simulate(program, budget, policy, DEFAULT_RUNTIME, seed=seed,
                       instruments=Instruments(per_storage=False, events=True, oom_snapshot=False))
     remats = len(result.observations.events.rows(REMAT))
-    return SimRun(result.outcome, budget, baseline(program).peak_bytes, result.peak_bytes, result.evictions,
-                  result.eager_evictions, remats, result.clock_ns, result.remat_ns,
-                  result.overhead if result.ok else None, result.runtime)
+    return SimRun(result.outcome, budget, result.peak_bytes, result.evictions, result.eager_evictions, remats,
+                  result.clock_ns, result.remat_ns, result.overhead if result.ok else None,
+                  trace_peak_bytes=baseline(program).peak_bytes, runtime=result.runtime)
 
 
 def run_live(step: Callable[[], object], label: str, *, ratio: float | None, budget_bytes: int | None,
