@@ -6,3 +6,5 @@ DEFAULT_RUNTIME = "eager-optimized"  # the reference's RuntimeV2EagerOptimized, 
 # A regime switch: neighbouring feasible budgets whose overheads differ by more than this factor
 # (the study's own threshold; its LSTM switches are 2x to 7.3x).
 DEFAULT_SWITCH_FACTOR = 2.0
+# The live runtime's clocks (dtrlab run --clock): a cost table from the captured trace, or real time.
+LIVE_CLOCKS = ("logical", "measured")

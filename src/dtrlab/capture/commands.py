@@ -17,6 +17,17 @@ from ..errors import UsageError
 from ..output import print_json
 
 
+# The step's options, declared once: `dtrlab run` takes the same (typer reuses a declaration).
+MODEL_ARG = typer.Argument(None, help="A zoo model: resnet32, lstm, transformer, unet, densenet.")
+SCRIPT_OPT = typer.Option(None, "--script", metavar="FILE.py:FUNCTION",
+                          help="A user's step factory: FUNCTION(batch=..., device=...) "
+                               "(the arguments it accepts) returns a zero-argument step.")
+BATCH_OPT = typer.Option(None, "--batch", "-n", help="Batch size (default: the model's).")
+DEVICE_OPT = typer.Option("cpu", "--device", help="cpu or cuda.")
+SIZE_OPT = typer.Option(None, "--size", metavar="KEY=VALUE",
+                        help="A model size argument, e.g. hidden=256 (repeatable).")
+
+
 def _size_kwargs(sizes: list[str]) -> dict:
     """KEY=VALUE options as keyword arguments; values are JSON (3, [2, 2]) or plain strings."""
     out = {}
@@ -60,53 +71,59 @@ def _script_factory(spec: str):
     return factory
 
 
-def capture(
-    model: Optional[str] = typer.Argument(None, help="A zoo model: resnet32, lstm, transformer, unet, densenet."),
-    script: Optional[str] = typer.Option(None, "--script", metavar="FILE.py:FUNCTION",
-                                         help="A user's step factory: FUNCTION(batch=..., device=...) "
-                                              "(the arguments it accepts) returns a zero-argument step."),
-    batch: Optional[int] = typer.Option(None, "--batch", "-n", help="Batch size (default: the model's)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    repeat: int = typer.Option(1, "--repeat", "-k", help="Record K times after a warm-up; times are medians."),
-    size: Optional[List[str]] = typer.Option(None, "--size", metavar="KEY=VALUE",
-                                             help="A model size argument, e.g. hidden=256 (repeatable)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                       help="Trace file (.log, .jsonl, or .gz to compress); "
-                                            "default MODEL-BATCH.log.gz."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
-) -> None:
-    """Record one training step (forward, loss, backward) of a model as a DTR trace."""
+def make_step(model: str | None, script: str | None, batch: int | None, device: str,
+              size: list[str] | None) -> tuple:
+    """The step a command's MODEL|--script, --batch, --device and --size name: (step, label, the
+    factory's keyword arguments). Shared by `dtrlab capture` and `dtrlab run`; imports torch."""
     if (model is None) == (script is None):
         raise UsageError("give exactly one of MODEL and --script")
     if device not in ("cpu", "cuda"):
         raise UsageError(f"--device must be cpu or cuda, got {device!r}")
-    if repeat < 1:
-        raise UsageError(f"--repeat must be at least 1, got {repeat}")
     if batch is not None and batch < 1:
         raise UsageError(f"--batch must be at least 1, got {batch}")
     try:
         import torch
     except ModuleNotFoundError:
-        raise UsageError("capture needs torch: pip install -e '.[capture]'") from None
-    from .recorder import record_median
-    from .save import save, to_program
+        raise UsageError("this command needs torch: pip install -e '.[capture]'") from None
     from .zoo import ZOO
-    from ..sim.simulate import baseline
 
     if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda, but torch sees no CUDA device")
+        raise UsageError("CUDA is not available on this machine")
     kwargs = _size_kwargs(list(size or []))
     kwargs["device"] = device
     if model is not None:
         if model not in ZOO:
             raise UsageError(f"unknown model {model!r} (models: {', '.join(ZOO)})")
         factory, label = ZOO[model].make, model
-        kwargs["batch"] = batch if batch is not None else ZOO[model].batch
+        kwargs["batch"] = batch if batch is not None else kwargs.get("batch", ZOO[model].batch)  # --size batch=N too
     else:
         factory, label = _script_factory(script), Path(script.rpartition(":")[0]).stem
         if batch is not None:
             kwargs["batch"] = batch
-    step = _call_factory(factory, kwargs, label)
+    return _call_factory(factory, kwargs, label), label, kwargs
+
+
+def capture(
+    model: Optional[str] = MODEL_ARG,
+    script: Optional[str] = SCRIPT_OPT,
+    batch: Optional[int] = BATCH_OPT,
+    device: str = DEVICE_OPT,
+    repeat: int = typer.Option(1, "--repeat", "-k", help="Record K times after a warm-up; times are medians."),
+    size: Optional[List[str]] = SIZE_OPT,
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Trace file (.log, .jsonl, or .gz to compress); "
+                                            "default MODEL-BATCH.log.gz."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+) -> None:
+    """Record one training step (forward, loss, backward) of a model as a DTR trace."""
+    if repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, got {repeat}")
+    step, label, kwargs = make_step(model, script, batch, device, size)
+    import torch
+    from .recorder import record_median
+    from .save import save, to_program
+    from ..sim.simulate import baseline
+
     sync = torch.cuda.synchronize if device == "cuda" else None
     result = record_median(step, repeat=repeat, warmup=1, sync=sync)
     path = out or Path(f"{label}-{kwargs.get('batch', 'custom')}.log.gz")

@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..capture.recorder import Capture
+from ..defaults import LIVE_CLOCKS
 from ..errors import UsageError
 from ..trace.read import Call as TraceCall, Mutate
 from .graph import OpCost
 
-LOGICAL, MEASURED = "logical", "measured"
-CLOCKS = (LOGICAL, MEASURED)
+CLOCKS = LIVE_CLOCKS
+LOGICAL, MEASURED = CLOCKS
 
 
 def trace_costs(capture: Capture) -> list[tuple[str, OpCost]]:

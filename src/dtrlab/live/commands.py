@@ -1,0 +1,129 @@
+"""The `dtrlab run` command, added to the CLI by `register(app)`: a real PyTorch step under a budget.
+
+A thin layer over live/runs.py: it checks the options before torch is imported (the CLI's start-up
+never imports it) and prints a table, or one JSON object.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, make_step
+from ..defaults import DEFAULT_POLICY, LIVE_CLOCKS
+from ..errors import UsageError
+from ..options import POLICIES_FILE_OPT, POLICY_HELP
+from ..output import clean, console, print_json
+
+# Why the two columns of --compare-sim differ, in one line (docs/live.md says it at length).
+WHY_THEY_DIFFER = ("live and simulated differ: they count memory differently (an in-place write keeps "
+                   "its storage live, the trace's MUTATE makes a new one; the live run counts constants' "
+                   "snapshots), so a ratio is a different budget; the live run scores e* fresh and makes "
+                   "room once per operator: docs/live.md, \"Decision parity\"")
+
+
+def run(
+    model: Optional[str] = MODEL_ARG,
+    script: Optional[str] = SCRIPT_OPT,
+    batch: Optional[int] = BATCH_OPT,
+    size: Optional[List[str]] = SIZE_OPT,
+    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
+                                          help="Budget as a fraction of the live step's unbounded peak."),
+    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p",
+                                         help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
+    policies_file: Optional[str] = POLICIES_FILE_OPT,
+    clock: str = typer.Option(LIVE_CLOCKS[0], "--clock",
+                              help="logical: costs from the trace captured of the same step (deterministic); "
+                                   "measured: each operator's elapsed time."),
+    steps: int = typer.Option(1, "--steps", "-k", help="Run K steps, a fresh session each, and report each."),
+    device: str = DEVICE_OPT,
+    compare_sim: bool = typer.Option(False, "--compare-sim",
+                                     help="Also simulate the trace captured of the same step, side by side."),
+    seed: int = typer.Option(0, "--seed", help="Seed of torch (the model's weights, dropout) and of the random policy."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Run a real training step under a memory budget, evicting and rematerializing (DTR, live)."""
+    from ..sim.policyfile import policy_given
+    from ..sim.simulate import check_budget_args
+
+    check_budget_args(ratio, budget_bytes)
+    if clock not in LIVE_CLOCKS:
+        raise UsageError(f"--clock must be {' or '.join(LIVE_CLOCKS)}, got {clock!r}")
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    policy = policy_given(policy, policies_file)
+    import torch
+
+    torch.manual_seed(seed)
+    step, label, _ = make_step(model, script, batch, device, size)
+    from .runs import run_live
+
+    report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
+                      steps=steps, device=device, seed=seed, compare_sim=compare_sim)
+    head = {"model": label, "device": device, "policy": policy, "clock": clock, "ratio": ratio,
+            "budget_bytes": report.budget_bytes, "unbounded_peak_bytes": report.unbounded_peak_bytes,
+            "plain_wall_s": report.plain_wall_s}
+    if as_json:
+        out = {**head, "steps": [dict(r.to_dict(), wall_ratio=r.wall_s / report.plain_wall_s)
+                                 for r in report.steps]}
+        if report.sim is not None:
+            out["simulated"] = report.sim.to_dict()
+        print_json(clean(out))
+        return
+    _print_table(head, report)
+
+
+def _print_table(head: dict, report) -> None:
+    from rich.table import Table
+
+    from ..cli import _bytes, _count, _ns
+
+    ratio = f", ratio {head['ratio']:g} of the live unbounded peak" if head["ratio"] is not None else ""
+    table = Table(title=f"{head['model']} on {head['device']}: {head['policy']}, {head['clock']} clock, "
+                        f"budget {_bytes(head['budget_bytes'])}{ratio}", title_justify="left")
+    table.add_column("")
+    live = report.steps
+    for r in live:
+        table.add_column("live" if len(live) == 1 else f"live step {r.step}", justify="right")
+    sim = report.sim
+    if sim is not None:
+        table.add_column("simulated", justify="right")
+
+    def overhead(x):
+        return "n/a" if x is None else f"{x:.6f}"
+
+    rows = [
+        ("outcome", [r.outcome for r in live], sim and sim.outcome),
+        ("budget", [_bytes(r.budget_bytes) for r in live], sim and _bytes(sim.budget_bytes)),
+        ("peak resident", [_bytes(r.peak_bytes) for r in live], sim and _bytes(sim.peak_bytes)),
+        ("evictions (policy)", [_count(r.evictions) for r in live], sim and _count(sim.evictions)),
+        ("evictions (eager)", [_count(r.eager_evictions) for r in live], sim and _count(sim.eager_evictions)),
+        ("rematerializations", [_count(r.remats) for r in live], sim and _count(sim.remats)),
+        ("clock", [_ns(r.clock_ns) for r in live], sim and _ns(sim.clock_ns)),
+        ("recompute", [_ns(r.remat_ns) for r in live], sim and _ns(sim.remat_ns)),
+        ("overhead (clock / compute)", [overhead(r.overhead) for r in live], sim and overhead(sim.overhead)),
+        ("wall time", [f"{r.wall_s * 1e3:,.1f} ms" for r in live], sim and ""),
+        ("  against a plain step", [f"{r.wall_s / report.plain_wall_s:.2f}x" for r in live], sim and ""),
+    ]
+    if any(r.cuda_peak_bytes is not None for r in live):
+        rows.append(("CUDA max allocated", [_bytes(r.cuda_peak_bytes) for r in live], sim and ""))
+    if sim is not None:
+        rows.append(("unbounded peak", [_bytes(head["unbounded_peak_bytes"])] * len(live),
+                     _bytes(sim.trace_peak_bytes)))
+    for label, cells, sim_cell in rows:
+        table.add_row(label, *cells, *([sim_cell] if sim is not None else []))
+    out = console()
+    out.print(table)
+    out.print(f"plain PyTorch step: {head['plain_wall_s'] * 1e3:,.1f} ms; "
+              f"live unbounded peak: {_bytes(head['unbounded_peak_bytes'])}")
+    for r in live:
+        if r.error:
+            out.print(f"step {r.step}: {r.error}")
+    if sim is not None:
+        out.print(WHY_THEY_DIFFER)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

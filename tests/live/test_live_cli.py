@@ -1,0 +1,171 @@
+"""`dtrlab run`: its figures are a LiveSession's run of the same step done here by hand, its
+simulated column is `simulate` on the trace captured of the same step; mistakes are one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
+
+from dtrlab.capture.recorder import record  # noqa: E402
+from dtrlab.capture.save import to_program  # noqa: E402
+from dtrlab.capture.zoo import ZOO  # noqa: E402
+from dtrlab.cli import main  # noqa: E402
+from dtrlab.live.clocks import TableClock, trace_costs  # noqa: E402
+from dtrlab.live.commands import WHY_THEY_DIFFER  # noqa: E402
+from dtrlab.live.session import LiveBudgetError, LiveSession  # noqa: E402
+from dtrlab.sim.simulate import budget_from_ratio, simulate  # noqa: E402
+
+
+def _cli(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return exit_info.value.code, out.out, out.err
+
+
+def _sizes(name: str) -> list[str]:
+    return [arg for k, v in ZOO[name].tiny.items() for arg in ("--size", f"{k}={json.dumps(v)}")]
+
+
+def _prepared(name: str, monkeypatch):
+    """The step as the command prepares it, written out: the model made after seeding torch with 0,
+    a plain step, the unbounded live peak, the capture. The capture's times are measured, so they
+    differ from run to run: the command is given this same capture (its recorder patched), and the
+    figures are compared on the same cost table."""
+    torch.manual_seed(0)
+    step = ZOO[name].make(**ZOO[name].tiny)
+    step()
+    unbounded = LiveSession()
+    with unbounded:
+        step()
+    unbounded.pin_outputs()
+    capture = record(step)
+    monkeypatch.setattr("dtrlab.capture.recorder.record", lambda *a, **k: capture)
+    return step, unbounded.peak_bytes, capture
+
+
+def _by_hand(step, peak: int, capture, ratio: float, policy: str):
+    """One session under int(peak x ratio) on the capture's costs, its outputs pinned."""
+    session = LiveSession(budget_bytes=int(peak * ratio), policy=policy, clock=TableClock(trace_costs(capture)))
+    try:
+        with session:
+            step()
+        session.pin_outputs()
+    except LiveBudgetError:
+        return session, "oom"
+    return session, "ok"
+
+
+@pytest.mark.parametrize("name, ratio, policy", [("lstm", 0.9, "dtr"), ("resnet32", 0.9, "lru")])
+def test_run_json_figures_are_a_live_session_s(name, ratio, policy, capsys, monkeypatch):
+    step, peak, capture = _prepared(name, monkeypatch)
+    code, out, _ = _cli(["run", name, *_sizes(name), "--ratio", ratio, "--policy", policy, "--json"], capsys)
+    assert code in (0, None)
+    got = json.loads(out)
+    session, outcome = _by_hand(step, peak, capture, ratio, policy)
+    assert (got["unbounded_peak_bytes"], got["budget_bytes"]) == (peak, int(peak * ratio))
+    (live,) = got["steps"]
+    assert live["outcome"] == outcome == "ok"
+    assert live["evictions"] > 0  # the budget bites: the figures below are not an unbounded run's
+    assert (live["peak_bytes"], live["evictions"], live["eager_evictions"], live["remats"],
+            live["clock_ns"], live["remat_ns"]) == (session.peak_bytes, session.evictions, session.eager_evictions,
+                                                    session.replays, session.clock_ns, session.remat_ns)
+    assert live["overhead"] == session.clock_ns / (session.clock_ns - 1 - session.remat_ns)
+    assert live["wall_s"] > 0 and got["plain_wall_s"] > 0
+    assert live["wall_ratio"] == pytest.approx(live["wall_s"] / got["plain_wall_s"])
+
+
+def test_run_table_and_steps(capsys, monkeypatch):
+    """The text form prints the same figures, one column per step; a fresh session each step, so on
+    the logical clock every step makes the same decisions."""
+    step, peak, capture = _prepared("lstm", monkeypatch)
+    code, out, _ = _cli(["run", "lstm", *_sizes("lstm"), "--ratio", "0.9", "--steps", "2"], capsys)
+    assert code in (0, None)
+    session, _ = _by_hand(step, peak, capture, 0.9, "dtr")
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in out.splitlines() if line.startswith("│")}
+    assert rows["outcome"] == ["ok", "ok"]
+    assert rows["evictions (policy)"] == [f"{session.evictions:,}"] * 2
+    assert rows["rematerializations"] == [f"{session.replays:,}"] * 2
+    assert "live step 1" in out and "live step 2" in out and "plain PyTorch step:" in out
+
+
+def test_compare_sim_is_simulate_on_the_captured_trace(capsys, monkeypatch):
+    _, _, capture = _prepared("resnet32", monkeypatch)
+    code, out, _ = _cli(["run", "resnet32", *_sizes("resnet32"), "--ratio", "0.9", "--policy", "lru",
+                         "--compare-sim", "--json"], capsys)
+    assert code in (0, None)
+    got = json.loads(out)["simulated"]
+    program = to_program(capture, "resnet32")
+    want = simulate(program, budget_from_ratio(program, 0.9), "lru", "eager-optimized")
+    assert (got["outcome"], got["budget_bytes"], got["peak_bytes"], got["evictions"], got["eager_evictions"],
+            got["clock_ns"], got["remat_ns"], got["runtime"]) == (
+        want.outcome, want.budget_bytes, want.peak_bytes, want.evictions, want.eager_evictions,
+        want.clock_ns, want.remat_ns, "eager-optimized")
+    assert got["trace_peak_bytes"] == want.baseline_peak_bytes
+    assert got["remats"] > 0 or want.remat_ns == 0
+
+    code, out, _ = _cli(["run", "resnet32", *_sizes("resnet32"), "--ratio", "0.9", "--policy", "lru",
+                         "--compare-sim"], capsys)
+    header = next(line for line in out.splitlines() if line.startswith("┃"))
+    assert "live" in header and "simulated" in header
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in out.splitlines() if line.startswith("│")}
+    assert rows["evictions (policy)"][1] == f"{want.evictions:,}"
+    assert WHY_THEY_DIFFER.split(":")[0] in out.replace("\n", " ") and "docs/live.md" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "nosuch", "--ratio", "0.5"], "unknown model 'nosuch'"),
+    (["run", "lstm", "--ratio", "0"], "ratio must be a positive number"),
+    (["run", "lstm", "--ratio", "-1"], "ratio must be a positive number"),
+    (["run", "lstm", "--ratio", "0.5", "--budget-bytes", "1000"], "exactly one of --ratio and --budget-bytes"),
+    (["run", "lstm"], "exactly one of --ratio and --budget-bytes"),
+    (["run", "lstm", "--ratio", "0.5", "--policy", "nosuch"], "nosuch"),
+    (["run", "lstm", "--ratio", "0.5", "--clock", "wall"], "--clock must be logical or measured"),
+    (["run", "lstm", "--ratio", "0.5", "--steps", "0"], "--steps must be at least 1"),
+    (["run", "--ratio", "0.5"], "exactly one of MODEL and --script"),
+    (["run", "--script", "missing.py:f", "--ratio", "0.5"], "no such file"),
+])
+def test_run_mistakes_are_one_line(argv, message, capsys):
+    code, out, err = _cli(argv, capsys)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("dtrlab: ") and message in err, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_run_on_cuda_without_cuda_is_one_line(capsys):
+    code, _, err = _cli(["run", "lstm", "--ratio", "0.5", "--device", "cuda"], capsys)
+    assert code == 2 and err == "dtrlab: CUDA is not available on this machine\n"
+
+
+# A U-Net big enough that its activations, not its weights, make the peak (at 0.5 it runs on CPU).
+CUDA_SIZES = ("batch=8", "image=128", "width=16", "depth=3")
+ROUNDING_BYTES = 512  # the caching allocator rounds every block up to a multiple of 512 bytes
+# Operators' own scratch (cuDNN's convolution workspace), taken from the allocator during a call and
+# given back before it returns: the session never sees it.
+WORKSPACE_BYTES = 16 << 20
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_budget_holds_in_the_cuda_allocator(capsys):
+    """torch.cuda.max_memory_allocated() over the last live step (the command resets it before the
+    step) is at most the budget plus the allocator's slack: what it held before the step that is no
+    tensor of the step (cuBLAS's workspace), the overshoot the session admits (one operator's
+    results exist before room is made for them: its own peak above the budget), 512 bytes of
+    rounding for each block live at the peak, and the operators' transient workspaces."""
+    argv = ["run", "unet", *(a for kv in CUDA_SIZES for a in ("--size", kv)), "--device", "cuda",
+            "--ratio", "0.5", "--json"]
+    code, out, _ = _cli(argv, capsys)
+    assert code in (0, None)
+    got = json.loads(out)
+    (live,) = got["steps"]
+    assert live["outcome"] == "ok", live["error"]
+    blocks = torch.cuda.memory_stats()["active.all.peak"]
+    slack = (live["cuda_outside_bytes"] + max(0, live["peak_bytes"] - got["budget_bytes"])
+             + ROUNDING_BYTES * blocks + WORKSPACE_BYTES)
+    assert torch.cuda.max_memory_allocated() == live["cuda_peak_bytes"]
+    assert live["cuda_peak_bytes"] <= got["budget_bytes"] + slack, (live, blocks)
