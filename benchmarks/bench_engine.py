@@ -7,17 +7,11 @@ and prints the ratio. Run: `make bench` or `python benchmarks/bench_engine.py [-
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from dtrlab.sim.simulate import budget_from_ratio, simulate
-from dtrlab.trace import load
 
-from _timing import median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
-
-SHARED = Path(os.environ.get("DTRLAB_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-TRACES = SHARED / "traces" / "dtr-iclr21"
+from _timing import median_seconds, public_programs  # noqa: E402  (benchmarks/ is on sys.path)
 
 # (trace, ratio, the reference simulator's seconds for DTR on eager-optimized)
 CASES = [
@@ -36,10 +30,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--engine", default="auto")
     args = ap.parse_args()
-    if not TRACES.is_dir():
-        print(f"skipped: the public traces are not at {TRACES}")
+    programs = public_programs(c[0] for c in CASES)
+    if programs is None:
         return 0
-    programs = {p.name: p for p in load(TRACES, sorted({c[0] for c in CASES}))}
     print(f"engine benchmark ({args.engine}), median of {args.repeat} runs, DTR, eager-optimized")
     print(f"{'trace':<16}{'ratio':>6}{'median ms':>11}{'simrd s':>9}{'speed-up':>10}{'evictions':>11}")
     for name, ratio, ref_s in CASES:

@@ -8,19 +8,13 @@ adds the Python engine with the log, once per case: minutes on the LSTM).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from pathlib import Path
 
 from dtrlab.sim.instruments import Instruments
 from dtrlab.sim.simulate import budget_from_ratio, simulate
-from dtrlab.trace import load
 
-from _timing import median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
-
-SHARED = Path(os.environ.get("DTRLAB_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-TRACES = SHARED / "traces" / "dtr-iclr21"
+from _timing import median_seconds, public_programs  # noqa: E402  (benchmarks/ is on sys.path)
 
 # (trace, ratio): the LSTM on both sides of its regime switch, and ResNet-32 at an OOM and a run
 CASES = [("lstm", 0.265), ("lstm", 0.266), ("resnet32", 0.104), ("resnet32", 0.2), ("transformer", 0.5)]
@@ -33,10 +27,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--python", action="store_true", help="also time the Python engine with the log, once")
     args = ap.parse_args()
-    if not TRACES.is_dir():
-        print(f"skipped: the public traces are not at {TRACES}")
+    programs = public_programs(c[0] for c in CASES)
+    if programs is None:
         return 0
-    programs = {p.name: p for p in load(TRACES, sorted({c[0] for c in CASES}))}
     print(f"instruments benchmark, compiled engine, DTR, eager-optimized, median of {args.repeat} runs")
     print(f"{'trace':<12}{'ratio':>6}{'plain ms':>10}{'events ms':>11}{'every ms':>10}{'ratio':>7}"
           f"{'events':>10}{'log MB':>8}{'python s':>10}")

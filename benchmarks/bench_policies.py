@@ -14,7 +14,6 @@ import argparse
 import importlib.machinery
 import importlib.util
 import math
-import os
 import subprocess
 import sys
 import sysconfig
@@ -26,13 +25,10 @@ import numpy as np
 from dtrlab.sim import cengine
 from dtrlab.sim.policies import formula_policy, get_policy, register_policy
 from dtrlab.sim.simulate import budget_from_ratio, simulate
-from dtrlab.trace import load
 
-from _timing import median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
+from _timing import median_seconds, public_programs  # noqa: E402  (benchmarks/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("DTRLAB_SHARED", REPO.parent / "shared"))
-TRACES = SHARED / "traces" / "dtr-iclr21"
 BEFORE_REF = "e65241c"  # the last commit with the hard-wired score switch in _cengine.c
 CASES = [("lstm", 0.15), ("lstm", 0.5), ("resnet32", 0.2)]
 DTR_TEXT = "score: (compute + estar) / (size * staleness)"
@@ -74,10 +70,9 @@ def main() -> int:
     ap.add_argument("--python-repeat", type=int, default=3)
     ap.add_argument("--before", default=BEFORE_REF, help="git ref of the engine to compare with")
     args = ap.parse_args()
-    if not TRACES.is_dir():
-        print(f"skipped: the public traces are not at {TRACES}")
+    programs = public_programs(c[0] for c in CASES)
+    if programs is None:
         return 0
-    programs = {p.name: p for p in load(TRACES, sorted({c[0] for c in CASES}))}
     dtr, formula = get_policy("dtr"), formula_policy(DTR_TEXT)
     function = register_policy("bench-dtr-function", _dtr_function, {"regions"})
     with tempfile.TemporaryDirectory() as tmp:

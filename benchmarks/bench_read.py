@@ -20,10 +20,8 @@ from dtrlab.trace import load_one
 from dtrlab.trace.lower import lower
 from dtrlab.trace.read import open_source, read_trace
 
-from _timing import median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
+from _timing import TRACES, median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
 
-SHARED = Path(os.environ.get("DTRLAB_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-TRACES = SHARED / "traces" / "dtr-iclr21"
 
 
 def main() -> int:
