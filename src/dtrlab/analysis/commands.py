@@ -16,8 +16,8 @@ from ..output import console as _console
 from ..output import print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
-from ..sweep import DEFAULT_STORE
-from ..sweep.commands import EXECUTOR_OPT, SCHEDULER_OPT, WORKERS_OPT, ExecutorName
+from ..sweep.commands import (EXECUTOR_OPT, OVERHEAD_LIMIT_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT,
+                              WORKERS_OPT, ExecutorName)
 from ..trace import resolve_source
 
 if TYPE_CHECKING:
@@ -85,12 +85,10 @@ def scan_cmd(
     factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
     as_json: bool = JSON_OPT,
-    store: str = typer.Option(DEFAULT_STORE, "--store", metavar="FILE",
-                              help="Results store: runs already there are not simulated again."),
-    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Worker processes (default: one a core)."),
-    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
-                                                   help="Stop a run once its overhead passes X (outcome remat_limit)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", help="Per-run time limit in seconds."),
+    store: str = STORE_OPT,
+    workers: Optional[int] = WORKERS_OPT,
+    overhead_limit: Optional[float] = OVERHEAD_LIMIT_OPT,
+    timeout: Optional[float] = TIMEOUT_OPT,
     mechanisms: bool = typer.Option(False, "--mechanisms",
                                     help="Also measure each switch's and inversion's mechanism (churn, frontier, "
                                          "both, neither) in one table; replays each OOM on the Python engine."),
@@ -449,15 +447,12 @@ def rank_cmd(
     runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F",
                                  help="A switch: neighbouring feasible overheads differing by more than F."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
-                              help="Results store: runs already there are not simulated again."),
+    store: str = STORE_OPT,
     executor: ExecutorName = EXECUTOR_OPT,
     scheduler: Optional[str] = SCHEDULER_OPT,
     workers: Optional[int] = WORKERS_OPT,
-    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
-                                                   help="Stop a run once its overhead passes X (outcome remat_limit, "
-                                                        "infeasible)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", help="Per-run time limit in seconds."),
+    overhead_limit: Optional[float] = OVERHEAD_LIMIT_OPT,
+    timeout: Optional[float] = TIMEOUT_OPT,
     plot: Optional[str] = typer.Option(None, "--plot", metavar="OUT.png", help="Write the overhead curves here."),
     as_json: bool = JSON_OPT,
 ) -> None:

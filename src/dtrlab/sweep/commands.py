@@ -34,6 +34,12 @@ SCHEDULER_OPT = typer.Option(None, "--scheduler", metavar="ADDR",
                              help="Dask scheduler address (tcp://host:8786); without it "
                                   "--executor dask starts a local cluster.")
 WORKERS_OPT = typer.Option(None, "--workers", "-j", metavar="N", help="Worker processes (default: one a core).")
+STORE_OPT = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
+                         help="The DuckDB results file; runs already in it are not simulated again.")
+TIMEOUT_OPT = typer.Option(None, "--timeout", metavar="S",
+                           help="Stop a run after S seconds (outcome timeout); its process is killed.")
+OVERHEAD_LIMIT_OPT = typer.Option(None, "--overhead-limit", metavar="X",
+                                  help="Stop a run with remat_limit (infeasible) once its overhead must exceed X.")
 
 
 class EngineName(str, Enum):
@@ -62,15 +68,12 @@ def sweep(
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: Optional[List[str]] = typer.Option(None, "--runtime", metavar="R",
                                                 help="Runtime (repeatable; default " + DEFAULT_RUNTIME + ")."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
-                              help="The DuckDB results file; runs already in it are skipped."),
+    store: str = STORE_OPT,
     executor: ExecutorName = EXECUTOR_OPT,
     scheduler: Optional[str] = SCHEDULER_OPT,
     workers: Optional[int] = WORKERS_OPT,
-    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S",
-                                            help="Stop a run after S seconds (outcome timeout); its process is killed."),
-    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
-                                                   help="Stop a run with remat_limit once its overhead must exceed X."),
+    timeout: Optional[float] = TIMEOUT_OPT,
+    overhead_limit: Optional[float] = OVERHEAD_LIMIT_OPT,
     refine: int = typer.Option(0, "--refine", metavar="K",
                                help="Then add K ratios between neighbours whose outcome differs or whose "
                                     "overheads differ by more than --refine-factor."),
