@@ -47,11 +47,9 @@ def resident_by_identity(session: LiveSession) -> int:
     """Bytes of the distinct storages behind every value the session holds, by data pointer;
     independent of the session's own counter."""
     seen: dict[int, int] = {}
-    for s in session.storages():
-        for r in s.records:
-            if r.value is not None:
-                st = r.value.untyped_storage()
-                seen[st.data_ptr() or -id(r)] = st.nbytes()
+    for v in session.held():
+        st = v.untyped_storage()
+        seen[st.data_ptr() or -id(v)] = st.nbytes()
     return sum(seen.values())
 
 

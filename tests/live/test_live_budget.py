@@ -7,33 +7,42 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
+from dtrlab.capture.recorder import record  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
 from dtrlab.live.session import LiveBudgetError, LiveSession  # noqa: E402
 from live_helpers import deterministic_torch, compare_training, resident_by_identity, same_bits  # noqa: E402,F401 (an autouse fixture)
 
 RATIOS = (0.3, 0.45, 0.6, 0.75, 0.9)
+# At the tiny sizes the constants and the in-place copies (the trace's MUTATE) leave little room:
+# the tiny LSTM, ResNet-32 and Transformer cannot meet even 0.9 of their peaks. Larger batches and
+# a longer sequence give the activations the larger share.
+SIZES = {"lstm": dict(seq=16), "resnet32": dict(batch=8), "transformer": dict(batch=8), "unet": dict(batch=4)}
 
 
 def _zoo(name: str):
     def make():
         torch.manual_seed(0)
-        step = ZOO[name].make(**ZOO[name].tiny)
+        step = ZOO[name].make(**{**ZOO[name].tiny, **SIZES.get(name, {})})
         return step.model, step
 
     return make
 
 
-def _unbounded_peak(name: str) -> int:
-    session = LiveSession()
+def _unbounded_peak(name: str, plan) -> int:
+    session = LiveSession(plan=plan)
     _, step = _zoo(name)()
     with session:
         step()
     return session.peak_bytes
 
 
+@pytest.mark.parametrize("planned", [False, True], ids=["unplanned", "planned"])
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_the_budget_holds_after_every_operator(name):
-    peak = _unbounded_peak(name)
+def test_the_budget_holds_after_every_operator(name, planned):
+    """Planned, room is made before each operator runs; unplanned, once it has run: either way the
+    bytes held after it are within the budget."""
+    plan = record(_zoo(name)()[1]).instructions if planned else None
+    peak = _unbounded_peak(name, plan)
     outcomes = {}
     for ratio in RATIOS:
         budget = int(ratio * peak)
@@ -46,7 +55,7 @@ def test_the_budget_holds_after_every_operator(name):
             assert counted <= budget, f"{name} at {ratio}: {counted} bytes held, budget {budget}"
 
         try:
-            session, pairs = compare_training(_zoo(name), dict(budget_bytes=budget, after_op=check))
+            session, pairs = compare_training(_zoo(name), dict(budget_bytes=budget, after_op=check, plan=plan))
         except LiveBudgetError as e:
             assert "pinned:" in str(e) and "locked by the operator in flight" in str(e)
             outcomes[ratio] = "cannot be met"

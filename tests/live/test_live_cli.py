@@ -10,11 +10,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
 from dtrlab.capture.recorder import record  # noqa: E402
-from dtrlab.capture.save import to_program  # noqa: E402
+from dtrlab.capture.save import save, to_program  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
 from dtrlab.cli import main  # noqa: E402
-from dtrlab.live.clocks import TableClock, trace_costs  # noqa: E402
-from dtrlab.live.commands import WHY_THEY_DIFFER  # noqa: E402
 from dtrlab.live.session import LiveBudgetError, LiveSession  # noqa: E402
 from dtrlab.sim.simulate import budget_from_ratio, simulate  # noqa: E402
 
@@ -26,47 +24,47 @@ def _cli(argv, capsys):
     return exit_info.value.code, out.out, out.err
 
 
-def _sizes(name: str) -> list[str]:
-    return [arg for k, v in ZOO[name].tiny.items() for arg in ("--size", f"{k}={json.dumps(v)}")]
+def _sizes(name: str, **over) -> list[str]:
+    return [arg for k, v in {**ZOO[name].tiny, **over}.items() for arg in ("--size", f"{k}={json.dumps(v)}")]
 
 
-def _prepared(name: str, monkeypatch):
+def _prepared(name: str, monkeypatch, **sizes):
     """The step as the command prepares it, written out: the model made after seeding torch with 0,
-    a plain step, the unbounded live peak, the capture. The capture's times are measured, so they
-    differ from run to run: the command is given this same capture (its recorder patched), and the
-    figures are compared on the same cost table."""
+    a plain step, the capture (the plan). The capture's times are measured, so they differ from run
+    to run: the command is given this same capture (its recorder patched)."""
     torch.manual_seed(0)
-    step = ZOO[name].make(**ZOO[name].tiny)
+    step = ZOO[name].make(**{**ZOO[name].tiny, **sizes})
     step()
-    unbounded = LiveSession()
-    with unbounded:
-        step()
-    unbounded.pin_outputs()
     capture = record(step)
     monkeypatch.setattr("dtrlab.capture.recorder.record", lambda *a, **k: capture)
-    return step, unbounded.peak_bytes, capture
+    return step, capture
 
 
-def _by_hand(step, peak: int, capture, ratio: float, policy: str):
-    """One session under int(peak x ratio) on the capture's costs, its outputs pinned."""
-    session = LiveSession(budget_bytes=int(peak * ratio), policy=policy, clock=TableClock(trace_costs(capture)))
+def _by_hand(step, capture, ratio: float, policy: str):
+    """One session under the ratio of the plan's peak, following the capture."""
+    budget = budget_from_ratio(to_program(capture), ratio)
+    session = LiveSession(budget_bytes=budget, policy=policy, plan=capture.instructions)
     try:
         with session:
             step()
-        session.pin_outputs()
     except LiveBudgetError:
         return session, "oom"
     return session, "ok"
 
 
+BIGGER = {"lstm": dict(seq=16), "resnet32": dict(batch=8)}  # room for evictions (test_live_budget.py)
+
+
 @pytest.mark.parametrize("name, ratio, policy", [("lstm", 0.9, "dtr"), ("resnet32", 0.9, "lru")])
 def test_run_json_figures_are_a_live_session_s(name, ratio, policy, capsys, monkeypatch):
-    step, peak, capture = _prepared(name, monkeypatch)
-    code, out, _ = _cli(["run", name, *_sizes(name), "--ratio", ratio, "--policy", policy, "--json"], capsys)
+    step, capture = _prepared(name, monkeypatch, **BIGGER[name])
+    code, out, _ = _cli(["run", name, *_sizes(name, **BIGGER[name]), "--ratio", ratio, "--policy", policy,
+                         "--json"], capsys)
     assert code in (0, None)
     got = json.loads(out)
-    session, outcome = _by_hand(step, peak, capture, ratio, policy)
-    assert (got["unbounded_peak_bytes"], got["budget_bytes"]) == (peak, int(peak * ratio))
+    session, outcome = _by_hand(step, capture, ratio, policy)
+    program = to_program(capture)
+    assert (got["plan"], got["budget_bytes"]) == ("captured", budget_from_ratio(program, ratio))
     (live,) = got["steps"]
     assert live["outcome"] == outcome == "ok"
     assert live["evictions"] > 0  # the budget bites: the figures below are not an unbounded run's
@@ -81,10 +79,10 @@ def test_run_json_figures_are_a_live_session_s(name, ratio, policy, capsys, monk
 def test_run_table_and_steps(capsys, monkeypatch):
     """The text form prints the same figures, one column per step; a fresh session each step, so on
     the logical clock every step makes the same decisions."""
-    step, peak, capture = _prepared("lstm", monkeypatch)
-    code, out, _ = _cli(["run", "lstm", *_sizes("lstm"), "--ratio", "0.9", "--steps", "2"], capsys)
+    step, capture = _prepared("lstm", monkeypatch, seq=16)
+    code, out, _ = _cli(["run", "lstm", *_sizes("lstm", seq=16), "--ratio", "0.9", "--steps", "2"], capsys)
     assert code in (0, None)
-    session, _ = _by_hand(step, peak, capture, 0.9, "dtr")
+    session, _ = _by_hand(step, capture, 0.9, "dtr")
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
             for line in out.splitlines() if line.startswith("│")}
     assert rows["outcome"] == ["ok", "ok"]
@@ -93,29 +91,49 @@ def test_run_table_and_steps(capsys, monkeypatch):
     assert "live step 1" in out and "live step 2" in out and "plain PyTorch step:" in out
 
 
-def test_compare_sim_is_simulate_on_the_captured_trace(capsys, monkeypatch):
-    _, _, capture = _prepared("resnet32", monkeypatch)
-    code, out, _ = _cli(["run", "resnet32", *_sizes("resnet32"), "--ratio", "0.9", "--policy", "lru",
-                         "--compare-sim", "--json"], capsys)
+def test_compare_sim_is_simulate_on_the_plan_and_makes_the_same_decisions(capsys, monkeypatch):
+    _, capture = _prepared("resnet32", monkeypatch, batch=8)
+    argv = ["run", "resnet32", *_sizes("resnet32", batch=8), "--ratio", "0.8", "--policy", "dtr", "--compare-sim"]
+    code, out, _ = _cli([*argv, "--json"], capsys)
     assert code in (0, None)
-    got = json.loads(out)["simulated"]
+    got = json.loads(out)
+    sim = got["simulated"]
     program = to_program(capture, "resnet32")
-    want = simulate(program, budget_from_ratio(program, 0.9), "lru", "eager-optimized")
-    assert (got["outcome"], got["budget_bytes"], got["peak_bytes"], got["evictions"], got["eager_evictions"],
-            got["clock_ns"], got["remat_ns"], got["runtime"]) == (
+    want = simulate(program, budget_from_ratio(program, 0.8), "dtr", "eager-optimized")
+    assert (sim["outcome"], sim["budget_bytes"], sim["peak_bytes"], sim["evictions"], sim["eager_evictions"],
+            sim["clock_ns"], sim["remat_ns"], sim["runtime"]) == (
         want.outcome, want.budget_bytes, want.peak_bytes, want.evictions, want.eager_evictions,
         want.clock_ns, want.remat_ns, "eager-optimized")
-    assert got["trace_peak_bytes"] == want.baseline_peak_bytes
-    assert got["remats"] > 0 or want.remat_ns == 0
+    assert want.evictions > 0 and got["same_decisions"] == [True]
+    (live,) = got["steps"]
+    assert {k: live[k] for k in sim if k != "runtime"} == {k: v for k, v in sim.items() if k != "runtime"}
 
-    code, out, _ = _cli(["run", "resnet32", *_sizes("resnet32"), "--ratio", "0.9", "--policy", "lru",
-                         "--compare-sim"], capsys)
+    code, out, _ = _cli(argv, capsys)
     header = next(line for line in out.splitlines() if line.startswith("┃"))
     assert "live" in header and "simulated" in header
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
             for line in out.splitlines() if line.startswith("│")}
-    assert rows["evictions (policy)"][1] == f"{want.evictions:,}"
-    assert WHY_THEY_DIFFER.split(":")[0] in out.replace("\n", " ") and "docs/live.md" in out
+    assert rows["evictions (policy)"] == [f"{want.evictions:,}"] * 2
+    assert "step 1: the same decisions as the simulation" in " ".join(out.split())
+
+
+def test_a_plan_from_a_trace_file(tmp_path, capsys, monkeypatch):
+    """--plan takes a trace file of the same step (here the capture, saved): the same figures as
+    following the capture itself; a trace of another step is one line."""
+    step, capture = _prepared("resnet32", monkeypatch, batch=8)
+    path = tmp_path / "resnet.log.gz"
+    save(capture, path)
+    argv = ["run", "resnet32", *_sizes("resnet32", batch=8), "--ratio", "0.8", "--json", "--compare-sim"]
+    code, out, _ = _cli([*argv, "--plan", path], capsys)
+    assert code in (0, None)
+    got = json.loads(out)
+    session, _ = _by_hand(step, capture, 0.8, "dtr")
+    assert got["plan"] == str(path) and got["same_decisions"] == [True]
+    assert got["steps"][0]["evictions"] == session.evictions > 0
+    _, other = _prepared("lstm", monkeypatch)
+    save(other, tmp_path / "lstm.log")
+    code, out, err = _cli([*argv, "--plan", tmp_path / "lstm.log"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "the step differs from its plan" in err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -129,6 +147,8 @@ def test_compare_sim_is_simulate_on_the_captured_trace(capsys, monkeypatch):
     (["run", "lstm", "--ratio", "0.5", "--steps", "0"], "--steps must be at least 1"),
     (["run", "--ratio", "0.5"], "exactly one of MODEL and --script"),
     (["run", "--script", "missing.py:f", "--ratio", "0.5"], "no such file"),
+    (["run", "lstm", "--ratio", "0.5", "--trace", "x"], "--trace picks a trace of --plan's source"),
+    (["run", "lstm", "--ratio", "0.5", "--plan", "missing.log"], "missing.log"),
 ])
 def test_run_mistakes_are_one_line(argv, message, capsys):
     code, out, err = _cli(argv, capsys)

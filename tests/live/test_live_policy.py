@@ -1,5 +1,5 @@
-"""The live runtime's choice is the simulator's policy, and its clocks: checked against hand
-computations on small steps and against the captured trace of the same step."""
+"""The live runtime's choice is the simulator's engine's, and its clocks: checked against hand
+computations on small steps, against a plan's costs, and against `simulate` on the plan (parity)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
 from dtrlab.capture.recorder import record  # noqa: E402
+from dtrlab.capture.save import to_program  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
-from dtrlab.errors import UsageError  # noqa: E402
-from dtrlab.trace.read import Call, Mutate  # noqa: E402
-from dtrlab.live.clocks import MeasuredClock, TableClock, trace_costs  # noqa: E402
-from dtrlab.live.graph import OpCost  # noqa: E402
-from dtrlab.live.scoring import features  # noqa: E402
-from dtrlab.live.session import LiveSession  # noqa: E402
+from dtrlab.live.runs import simulate_plan, same_decisions, live_step  # noqa: E402
+from dtrlab.live.session import LiveSession, PlanMismatch  # noqa: E402
 from dtrlab.sim import formula as fm  # noqa: E402
-from dtrlab.sim.policies import NEIGHBORHOOD, get_policy  # noqa: E402
+from dtrlab.sim.policies import get_policy  # noqa: E402
+from dtrlab.sim.simulate import baseline, simulate  # noqa: E402
+from dtrlab.trace.read import Call, Mutate  # noqa: E402
 from live_helpers import deterministic_torch, same_bits  # noqa: E402,F401 (an autouse fixture)
 
 
 def _chain(n: int = 6, width: int = 64):
-    """x -> exp -> exp -> ... : n storages of `width` floats each, one after the other."""
+    """x -> exp -> clamp -> exp -> ... : n storages of `width` floats each kept until the step ends,
+    which returns the last (the rest are released then: only it is pinned, as a trace pins it)."""
     x = torch.rand(width)
 
     def step():
@@ -30,7 +30,7 @@ def _chain(n: int = 6, width: int = 64):
         for _ in range(n):
             y = y.exp().clamp(max=2.0)
             outs.append(y)
-        return outs
+        return [y]
 
     return step
 
@@ -58,33 +58,33 @@ def test_the_policy_decides_what_is_evicted():
         assert all(same_bits(session.value(a), b) for a, b in zip(out, plain))
     # storage ids follow creation: LRU takes the oldest made in the step, "-last_access" the newest
     # evictable one, "score: 1" (all tie) the last in pool order: the engine's tie rule.
-    made = sorted(set(s.id for s in s0.storages() if not s.constant))
     assert first["lru"] == min(first.values())
     assert first["score: -last_access"] > first["lru"]
     assert first["score: 1"] == first["score: -last_access"]  # the last in pool order is the newest
 
 
 def test_a_live_storage_s_features_are_the_hand_computed_ones():
-    """compute, size, staleness and e* of a storage on the live graph, against a hand count with a
-    unit clock (every operator costs 1): evict the middle of a chain, score its neighbour."""
+    """compute, size, staleness and e* of a storage in the live run's engine, against a hand count
+    (no plan: every operator costs 1): evict the middle of a chain, score its neighbour."""
     a = torch.rand(16)
-    session = LiveSession()
+    session = LiveSession(policy="dtr")
     with session:
         b = a.exp()        # clock 1 -> 2: b made, a (constant) read
         c = b.exp()        # 2 -> 3: b read at clock 2
         d = c.exp()        # 3 -> 4: c read at 3
         e = d.exp()        # 4 -> 5: d read at 4
-    sb, sc, sd = (t._handle.record.storage for t in (b, c, d))
-    session.evict(sc)
-    f = features(sd, frozenset({NEIGHBORHOOD}), session.clock_ns, session.budget_bytes, session.resident_bytes)
-    assert session.clock_ns == 5
+        sb, sc, sd = (session.engine.t_storage[session.tensor_id(t)] for t in (b, c, d))
+        session.evict(sc)
+        f = session.engine._features(sd)
+        fb = session.engine._features(sb)
+        assert session.clock_ns == 5
+    assert session.clock_ns == 6 and session.replays == 1  # c, still alive, is pinned at the end: rerun
     assert (f.compute_ns, f.size_bytes, f.staleness_ns) == (1, 64, 5 - 4)
     assert (f.neighborhood_ns, f.ancestors_ns) == (1, 1)  # c, evicted, behind d
-    fb = features(sb, frozenset({NEIGHBORHOOD}), session.clock_ns, session.budget_bytes, session.resident_bytes)
     assert (fb.neighborhood_ns, fb.ancestors_ns, fb.staleness_ns) == (1, 0, 5 - 2)  # c ahead of b
     dtr = get_policy("dtr")
     assert dtr.score(f) == fm.evaluate(dtr.formula, {"compute": 1, "estar": 1, "size": 64, "staleness": 1})
-    del e
+    assert same_bits(session.value(e), a.exp().exp().exp().exp())
 
 
 def test_a_python_function_policy_runs_live():
@@ -97,57 +97,95 @@ def test_a_python_function_policy_runs_live():
     assert runs[0] and runs[0] == runs[1]
 
 
-def test_the_logical_clock_takes_the_trace_s_costs_and_is_deterministic():
-    """Costs matched operator by operator with the captured trace of the same step: the live
-    clock of an unbounded step is the trace's compute + 1, and two runs evict the same storages."""
+def _captured(name: str, **sizes):
     torch.manual_seed(0)
-    step = ZOO["resnet32"].make(**ZOO["resnet32"].tiny)
+    step = ZOO[name].make(**{**ZOO[name].tiny, **sizes})
     step()
-    capture = record(step)
-    table = trace_costs(capture)
-    total = sum(c.total_ns for _, c in table)
-    assert total == sum(i.time_ns for i in capture.instructions if isinstance(i, (Call, Mutate)))
-    session, _ = _run(step, clock=TableClock(table))
-    assert session.clock_ns == total + 1
+    return step, record(step)
+
+
+def test_the_logical_clock_takes_the_plan_s_costs_and_is_deterministic():
+    """With a plan, each operator costs what the plan says: the live clock of an unbounded step is the
+    plan's compute + 1, and two runs evict the same storages."""
+    step, capture = _captured("resnet32")
+    total = sum(i.time_ns for i in capture.instructions if isinstance(i, (Call, Mutate)))
+    session, _ = _run(step, plan=capture.instructions)
+    assert session.clock_ns == total + 1 == to_program(capture).compute_ns + 1
     runs = []
     for _ in range(2):
-        s, _ = _run(step, budget_bytes=int(0.95 * session.peak_bytes), clock=TableClock(table))
+        s, _ = _run(step, budget_bytes=int(0.95 * session.peak_bytes), plan=capture.instructions)
         runs.append((s.evicted, s.clock_ns, s.replays))
     assert runs[0] == runs[1] and runs[0][0]
 
 
-def test_a_cost_table_of_another_step_is_refused():
+def test_a_plan_of_another_step_is_refused():
+    """The first instruction that differs is named, with the plan's in its place."""
+    _, capture = _captured("resnet32")
+    with pytest.raises(PlanMismatch, match=r"the step differs from its plan at the plan's instruction 3: "
+                                           r"Memory\(line=0, name='x1', size_bytes=256\) here, "
+                                           r"Memory\(line=0, name='x1', size_bytes=1536\) in the plan"):
+        _run(_chain(), plan=capture.instructions)
     step = _chain()
-    with pytest.raises(UsageError, match="does not match the step: operator 1 is aten.exp.default"):
-        _run(step, clock=TableClock([("aten.mul.Tensor", OpCost(0, 5))]))
+    short = record(_chain(n=2))  # another x: its own constant, then fewer operators
+    with pytest.raises(PlanMismatch):
+        _run(step, plan=short.instructions)
 
 
 def test_the_measured_clock_counts_real_time():
+    """Measured, each run costs its elapsed time: first runs and replays alike, so the clock is far
+    above the operators' count, and the engine's compute of each storage is its first run's time."""
     step = _chain(n=3, width=1 << 16)
-    session, _ = _run(step, clock=MeasuredClock())
-    s1 = sorted(s.compute_ns for s in session.storages() if not s.constant)
-    assert session.clock_ns > 1 + session.operators and all(c > 0 for c in s1)
+    session, _ = _run(step, clock="measured")
+    e = session.engine
+    made = [s for s in range(len(e.s_size)) if not e.pinned[s]]
+    assert session.clock_ns > 1 + 10 * session.operators and all(e.s_compute[s] > 0 for s in made)
+    assert session.clock_ns == 1 + sum(e.op_cost)
 
 
+RATIOS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+@pytest.mark.parametrize("policy", ["dtr", "lru"])
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_parity_at_an_unbounded_budget_and_where_memory_differs(name):
-    """Logical clock, costs from the trace captured of the same step: unbounded, the live final clock
-    is the simulator's (compute + 1) on every zoo model. The peaks differ: the trace format models an
-    in-place write as a fresh copy (MUTATE), so the simulated peak is above the live one, by at most
-    the bytes written in place (Capture.mutated_bytes) plus the constants' snapshots the live run
-    keeps; the pinned difference is what makes the same ratio a different budget in the two."""
-    from dtrlab.capture.save import to_program
-    from dtrlab.sim.simulate import simulate
+def test_decision_parity_with_simulate_on_the_plan(name, policy):
+    """Logical clock, costs from the trace captured of the same step: at each ratio of the trace's
+    peak, the live run's outcome, its sequence of evicted storages (one by one), its count of
+    rematerializations and its final clock are `simulate`'s on that trace (eager-optimized), and its
+    gradients are plain PyTorch's. Unbounded, the clock is the trace's compute + 1."""
+    step, capture = _captured(name)
+    program = to_program(capture, name)
+    peak = baseline(program).peak_bytes
+    unbounded = live_step(step, 2**62, policy, "logical", 0, "cpu", capture.instructions)
+    assert unbounded.clock_ns == program.compute_ns + 1 and unbounded.evictions == 0
+    outcomes = []
+    for ratio in RATIOS:
+        budget = int(peak * ratio)
+        live = live_step(step, budget, policy, "logical", 0, "cpu", capture.instructions)
+        sim = simulate_plan(program, budget, policy, 0)
+        assert same_decisions(live, sim), (ratio, live.to_dict(), sim.to_dict())
+        assert live.peak_bytes == sim.peak_bytes
+        outcomes.append((live.outcome, live.evictions))
+    assert sum(n for _, n in outcomes) > 0, outcomes  # the budgets bite
+    assert simulate(program, None, policy, "eager-optimized").clock_ns == unbounded.clock_ns
+
+
+def test_unplanned_the_decisions_can_differ_from_the_simulation_and_why():
+    """Without a plan the engine learns an operator's outputs only once it has run, so it makes its
+    arguments resident (rematerializing) before the operator is in its graph, where a simulation
+    has it there already (its outputs count in e*); with the step's own instructions as the plan,
+    the same run makes exactly the simulation's decisions. The pinned case: the LSTM at 0.7."""
+    from dtrlab.capture.recorder import Capture
 
     torch.manual_seed(0)
-    step = ZOO[name].make(**ZOO[name].tiny)
+    step = ZOO["lstm"].make(**{**ZOO["lstm"].tiny, "seq": 16})
     step()
-    capture = record(step)
-    program = to_program(capture, name)
-    sim = simulate(program, None, "dtr", "eager-optimized")
-    session, _ = _run(step, clock=TableClock(trace_costs(capture)))
-    session.pin_outputs()
-    assert session.clock_ns == sim.clock_ns == program.compute_ns + 1
-    assert session.replays == 0 and session.evictions == 0
-    gap = sim.peak_bytes - session.peak_bytes
-    assert 0 <= gap <= capture.mutated_bytes, (sim.peak_bytes, session.peak_bytes, capture.mutated_bytes)
+    own, _ = _run(step)
+    stream = tuple(own.namer.out)
+    program = to_program(Capture(stream, 0, 0, 0, 0, 0), "lstm")
+    budget = int(baseline(program).peak_bytes * 0.7)
+    sim = simulate_plan(program, budget, "dtr", 0)
+    unplanned = live_step(step, budget, "dtr", "logical", 0, "cpu", None)
+    planned = live_step(step, budget, "dtr", "logical", 0, "cpu", stream)
+    assert unplanned.outcome == sim.outcome == "ok"
+    assert not same_decisions(unplanned, sim) and unplanned.evictions != sim.evictions
+    assert same_decisions(planned, sim)

@@ -187,7 +187,13 @@ def test_an_operator_that_changes_a_shape_in_place_is_refused():
 
 
 def test_a_budget_below_the_constants_names_what_is_pinned_and_locked():
-    w = torch.randn(1000)  # 4,000 bytes, a constant
-    with pytest.raises(LiveBudgetError, match=r"pinned: 4000 bytes in 1 constants; locked by the operator"):
+    w = torch.randn(1000)  # 4,000 bytes, a constant: it cannot even be admitted
+    with pytest.raises(LiveBudgetError, match=r"0 bytes resident and 4000 more needed; pinned: 0 bytes in 0 "
+                                              r"constants; locked by the operator in flight: 0 bytes"):
         with LiveSession(budget_bytes=3000):
+            w * 2
+    # Admitted, it is pinned; the product's 4,000 bytes do not fit beside it.
+    with pytest.raises(LiveBudgetError, match=r"4000 bytes resident and 4000 more needed; pinned: 4000 bytes "
+                                              r"in 1 constants; locked by the operator in flight: 0 bytes"):
+        with LiveSession(budget_bytes=6000):
             w * 2

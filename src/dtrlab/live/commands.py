@@ -16,11 +16,6 @@ from ..errors import UsageError
 from ..options import POLICIES_FILE_OPT, POLICY_HELP
 from ..output import clean, console, print_json
 
-# Why the two columns of --compare-sim differ, in one line (docs/live.md says it at length).
-WHY_THEY_DIFFER = ("live and simulated differ: they count memory differently (an in-place write keeps "
-                   "its storage live, the trace's MUTATE makes a new one; the live run counts constants' "
-                   "snapshots), so a ratio is a different budget; the live run scores e* fresh and makes "
-                   "room once per operator: docs/live.md, \"Decision parity\"")
 
 
 def run(
@@ -29,18 +24,24 @@ def run(
     batch: Optional[int] = BATCH_OPT,
     size: Optional[List[str]] = SIZE_OPT,
     ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
-                                          help="Budget as a fraction of the live step's unbounded peak."),
+                                          help="Budget as a fraction of the plan's peak (as dtrlab simulate "
+                                               "takes a ratio of the trace's)."),
     budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
                                          help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     clock: str = typer.Option(LIVE_CLOCKS[0], "--clock",
-                              help="logical: costs from the trace captured of the same step (deterministic); "
-                                   "measured: each operator's elapsed time."),
+                              help="logical: each operator costs what the plan says (deterministic); "
+                                   "measured: each run its elapsed time."),
+    plan: Optional[str] = typer.Option(None, "--plan", metavar="SOURCE",
+                                       help="A trace of this same step to follow (a file, folder or zip); "
+                                            "default: capture the step first."),
+    trace: Optional[str] = typer.Option(None, "--trace", "-t", help="The trace in --plan's SOURCE."),
     steps: int = typer.Option(1, "--steps", "-k", help="Run K steps, a fresh session each, and report each."),
     device: str = DEVICE_OPT,
     compare_sim: bool = typer.Option(False, "--compare-sim",
-                                     help="Also simulate the trace captured of the same step, side by side."),
+                                     help="Also simulate the plan, side by side, and say whether the "
+                                          "decisions are the same."),
     seed: int = typer.Option(0, "--seed", help="Seed of torch (the model's weights, dropout) and of the random policy."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -54,22 +55,30 @@ def run(
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     policy = policy_given(policy, policies_file)
+    plan_text = None
+    if plan is not None:
+        from ..trace import read_one
+
+        plan_text = read_one(plan, trace)
+    elif trace is not None:
+        raise UsageError("--trace picks a trace of --plan's source; give --plan")
     import torch
 
     torch.manual_seed(seed)
     step, label, _ = make_step(model, script, batch, device, size)
-    from .runs import run_live
+    from .runs import run_live, same_decisions
 
     report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
-                      steps=steps, device=device, seed=seed, compare_sim=compare_sim)
+                      steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text)
     head = {"model": label, "device": device, "policy": policy, "clock": clock, "ratio": ratio,
-            "budget_bytes": report.budget_bytes, "unbounded_peak_bytes": report.unbounded_peak_bytes,
-            "plain_wall_s": report.plain_wall_s}
+            "plan": plan or "captured", "budget_bytes": report.budget_bytes,
+            "plan_peak_bytes": report.plan_peak_bytes, "plain_wall_s": report.plain_wall_s}
     if as_json:
         out = {**head, "steps": [dict(r.to_dict(), wall_ratio=r.wall_s / report.plain_wall_s)
                                  for r in report.steps]}
         if report.sim is not None:
             out["simulated"] = report.sim.to_dict()
+            out["same_decisions"] = [same_decisions(r, report.sim) for r in report.steps]
         print_json(clean(out))
         return
     _print_table(head, report)
@@ -79,8 +88,9 @@ def _print_table(head: dict, report) -> None:
     from rich.table import Table
 
     from ..cli import _bytes, _count, _ns
+    from .runs import same_decisions
 
-    ratio = f", ratio {head['ratio']:g} of the live unbounded peak" if head["ratio"] is not None else ""
+    ratio = f", ratio {head['ratio']:g} of the plan's peak" if head["ratio"] is not None else ""
     table = Table(title=f"{head['model']} on {head['device']}: {head['policy']}, {head['clock']} clock, "
                         f"budget {_bytes(head['budget_bytes'])}{ratio}", title_justify="left")
     table.add_column("")
@@ -109,20 +119,22 @@ def _print_table(head: dict, report) -> None:
     ]
     if any(r.cuda_peak_bytes is not None for r in live):
         rows.append(("CUDA max allocated", [_bytes(r.cuda_peak_bytes) for r in live], sim and ""))
-    if sim is not None:
-        rows.append(("unbounded peak", [_bytes(head["unbounded_peak_bytes"])] * len(live),
-                     _bytes(sim.trace_peak_bytes)))
+    if any(r.unplanned_remats for r in live):
+        rows.append(("replays outside the plan", [_count(r.unplanned_remats) for r in live], sim and ""))
     for label, cells, sim_cell in rows:
         table.add_row(label, *cells, *([sim_cell] if sim is not None else []))
     out = console()
     out.print(table)
-    out.print(f"plain PyTorch step: {head['plain_wall_s'] * 1e3:,.1f} ms; "
-              f"live unbounded peak: {_bytes(head['unbounded_peak_bytes'])}")
+    out.print(f"plain PyTorch step: {head['plain_wall_s'] * 1e3:,.1f} ms; plan ({head['plan']}): peak "
+              f"{_bytes(head['plan_peak_bytes'])}")
     for r in live:
         if r.error:
             out.print(f"step {r.step}: {r.error}")
-    if sim is not None:
-        out.print(WHY_THEY_DIFFER)
+        if sim is not None:
+            verdict = ("the same decisions as the simulation: every eviction, every rematerialization, "
+                       "the final clock" if same_decisions(r, sim) else
+                       "decisions differ from the simulation's (docs/live.md, \"Decision parity\")")
+            out.print(f"step {r.step}: {verdict}")
 
 
 def register(app: typer.Typer) -> None:

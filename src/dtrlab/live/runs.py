@@ -1,5 +1,5 @@
-"""`dtrlab run`'s work: a step run plainly, unbounded, captured, then K times under a budget, and
-the simulation of the trace captured of the same step.
+"""`dtrlab run`'s work: a step run plainly, captured (its plan), then K times under a budget, and
+the simulation of that plan.
 
 Owns the order of those runs and the figures of each (LiveRun, SimRun, RunReport); the CLI
 (commands.py) only checks options and prints.
@@ -11,13 +11,13 @@ import gc
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 from ..defaults import DEFAULT_RUNTIME
 from ..sim.result import OK, OOM
-from .clocks import LOGICAL, Clock, MeasuredClock, TableClock, trace_costs
+from ..trace.read import Instruction, TraceText
 from .session import LiveBudgetError, LiveSession
 
 PLAIN_REPEATS = 3  # the plain step's wall time is the median of this many, after a warm-up
@@ -33,7 +33,9 @@ def overhead_of(clock_ns: int, remat_ns: int) -> float | None:
 @dataclass(frozen=True)
 class Figures:
     """What a run under a budget did, in the same terms live and simulated. outcome: ok or oom;
-    remats: operators replayed (rerun); overhead: clock / compute (None for a run that did not finish)."""
+    peak_bytes: the engine's peak; remats: operators rerun; evicted: the storages the policy
+    evicted, in order (the plan's storage numbers); overhead: clock / compute (None for a run that
+    did not finish)."""
 
     outcome: str
     budget_bytes: int
@@ -44,40 +46,50 @@ class Figures:
     clock_ns: int
     remat_ns: int
     overhead: float | None
+    evicted: tuple[int, ...]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["evicted"]  # long; `same_decisions` compares them
+        return out
 
 
 @dataclass(frozen=True)
 class LiveRun(Figures):
     """One step under a LiveSession. error: the LiveBudgetError's line of an oom (the figures are
     those of the step until then); wall_s: the step's wall time, pinning its outputs included;
-    cuda_*: the CUDA allocator's own figures (None on CPU)."""
+    unplanned_remats: replays the plan does not have (values read outside an operator); cuda_*:
+    the CUDA allocator's own figures (None on CPU)."""
 
     step: int = 1
     error: str | None = None
     wall_s: float = 0.0
+    unplanned_remats: int = 0
     cuda_peak_bytes: int | None = None
     cuda_outside_bytes: int | None = None
 
 
 @dataclass(frozen=True)
 class SimRun(Figures):
-    """The simulation of the captured trace, in the same terms; remats are the engine's
-    rematerializations (operators rerun), peak_bytes its trace's own accounting."""
+    """The simulation of the plan, in the same terms."""
 
-    trace_peak_bytes: int = 0
     runtime: str = DEFAULT_RUNTIME
+
+
+def same_decisions(a: Figures, b: Figures) -> bool:
+    """The same outcome, the same storages evicted in the same order, the same rematerializations
+    and (for a run that finished) the same final clock."""
+    return (a.outcome == b.outcome and a.evicted == b.evicted and a.remats == b.remats
+            and (a.outcome != OK or a.clock_ns == b.clock_ns))
 
 
 @dataclass(frozen=True)
 class RunReport:
-    """What `dtrlab run` measured: the plain step's wall time, the live unbounded peak (what a
-    ratio is of), each budgeted step, and the simulation when asked for."""
+    """What `dtrlab run` measured: the plain step's wall time, the plan's unbounded peak (what a
+    ratio is of, as in the simulator), each budgeted step, and the simulation when asked for."""
 
     plain_wall_s: float
-    unbounded_peak_bytes: int
+    plan_peak_bytes: int
     budget_bytes: int
     steps: tuple[LiveRun, ...]
     sim: SimRun | None
@@ -105,23 +117,21 @@ def _drop_grads(step) -> None:
     gc.collect()
 
 
-def live_step(step: Callable[[], object], budget_bytes: float, policy: str, clock: Clock, seed: int,
-              device: str, number: int = 1) -> LiveRun:
-    """One step under a fresh LiveSession (a session covers one step), its outputs pinned at the end
-    as the trace format pins them."""
+def live_step(step: Callable[[], object], budget_bytes: float, policy: str, clock: str, seed: int,
+              device: str, plan: Sequence[Instruction] | None, number: int = 1) -> LiveRun:
+    """One step under a fresh LiveSession (a session covers one step)."""
     _drop_grads(step)
     outside = None
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         outside = torch.cuda.memory_allocated()
-    session = LiveSession(budget_bytes=budget_bytes, policy=policy, clock=clock, seed=seed)
+    session = LiveSession(budget_bytes=budget_bytes, policy=policy, clock=clock, plan=plan, seed=seed)
     error = None
     start = time.perf_counter()
     try:
         with session:
             step()
-        session.pin_outputs()
     except LiveBudgetError as exc:
         error = str(exc)
     _sync(device)
@@ -131,55 +141,47 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
         cuda_peak = torch.cuda.max_memory_allocated()
         # what the allocator held before the step that is no tensor the session counts (the
         # constants are counted; cuBLAS's workspace, for one, is not)
-        outside -= sum(s.nbytes for s in session.storages() if s.constant)
+        outside -= sum(session.constant_bytes().values())
     return LiveRun(OK if error is None else OOM, int(budget_bytes), session.peak_bytes, session.evictions,
                    session.eager_evictions, session.replays, session.clock_ns, session.remat_ns,
                    overhead_of(session.clock_ns, session.remat_ns) if error is None else None,
-                   step=number, error=error, wall_s=wall_s, cuda_peak_bytes=cuda_peak, cuda_outside_bytes=outside)
+                   tuple(session.evicted), step=number, error=error, wall_s=wall_s,
+                   unplanned_remats=session.unplanned_remats, cuda_peak_bytes=cuda_peak,
+                   cuda_outside_bytes=outside)
 
 
-def unbounded_peak(step: Callable[[], object]) -> int:
-    """The live peak of one step with no budget (nothing is evicted; the clock does not matter)."""
-    session = LiveSession()
-    with session:
-        step()
-    session.pin_outputs()
-    return session.peak_bytes
+def simulate_plan(program, budget_bytes: int, policy: str, seed: int) -> SimRun:
+    """The plan simulated with the same policy and budget on the eager-optimized runtime."""
+    from ..sim.instruments import EVICT, REMAT, Instruments
+    from ..sim.simulate import simulate
 
-
-def simulate_capture(capture, label: str, ratio: float | None, budget_bytes: int | None, policy: str,
-                     seed: int) -> SimRun:
-    """The captured trace simulated with the same policy, at the same ratio of the trace's own peak
-    (or the same bytes), on the eager-optimized runtime."""
-    from ..capture.save import to_program
-    from ..sim.instruments import REMAT, Instruments
-    from ..sim.simulate import baseline, budget_of, simulate
-
-    program = to_program(capture, label)
-    budget = budget_of(program, ratio, budget_bytes)
-    result = simulate(program, budget, policy, DEFAULT_RUNTIME, seed=seed,
+    result = simulate(program, budget_bytes, policy, DEFAULT_RUNTIME, seed=seed,
                       instruments=Instruments(per_storage=False, events=True, oom_snapshot=False))
-    remats = len(result.observations.events.rows(REMAT))
-    return SimRun(result.outcome, budget, result.peak_bytes, result.evictions, result.eager_evictions, remats,
-                  result.clock_ns, result.remat_ns, result.overhead if result.ok else None,
-                  trace_peak_bytes=baseline(program).peak_bytes, runtime=result.runtime)
+    events = result.observations.events
+    return SimRun(result.outcome, budget_bytes, result.peak_bytes, result.evictions, result.eager_evictions,
+                  len(events.rows(REMAT)), result.clock_ns, result.remat_ns,
+                  result.overhead if result.ok else None, tuple(events.rows(EVICT).storage.tolist()),
+                  runtime=result.runtime)
 
 
 def run_live(step: Callable[[], object], label: str, *, ratio: float | None, budget_bytes: int | None,
-             policy: str, clock: str, steps: int, device: str, seed: int, compare_sim: bool) -> RunReport:
-    """A warm-up step, PLAIN_REPEATS timed plain steps (their median), an unbounded live step (the peak a ratio is of), a capture
-    when the logical clock or the simulation needs one, then `steps` budgeted live steps."""
+             policy: str, clock: str, steps: int, device: str, seed: int, compare_sim: bool,
+             plan: TraceText | None = None) -> RunReport:
+    """A warm-up step, PLAIN_REPEATS timed plain steps (their median), the plan (a capture of the step,
+    written and read back, unless one is given), then `steps` budgeted live steps following it, and
+    the plan's simulation. A ratio is of the plan's peak, as `dtrlab simulate` takes it."""
     from ..capture.recorder import record
+    from ..capture.save import to_text
+    from ..sim.simulate import baseline, budget_of
+    from ..trace.lower import lower
 
     _timed(step, device)  # warm-up: first runs pay for lazy initialization
     plain_wall_s = statistics.median(_timed(step, device) for _ in range(PLAIN_REPEATS))
-    peak = unbounded_peak(step)
-    capture = None
-    if clock == LOGICAL or compare_sim:
-        capture = record(step, sync=torch.cuda.synchronize if device == "cuda" else None)
-    budget = int(peak * ratio) if ratio is not None else budget_bytes
-    table = trace_costs(capture) if clock == LOGICAL else None
-    runs = tuple(live_step(step, budget, policy, TableClock(table) if table is not None else MeasuredClock(),
-                           seed, device, k + 1) for k in range(steps))
-    sim = simulate_capture(capture, label, ratio, budget_bytes, policy, seed) if compare_sim else None
-    return RunReport(plain_wall_s, peak, budget, runs, sim)
+    if plan is None:
+        plan = to_text(record(step, sync=torch.cuda.synchronize if device == "cuda" else None), label)
+    program = lower(plan)
+    budget = budget_of(program, ratio, budget_bytes)
+    runs = tuple(live_step(step, budget, policy, clock, seed, device, plan.instructions, k + 1)
+                 for k in range(steps))
+    sim = simulate_plan(program, budget, policy, seed) if compare_sim else None
+    return RunReport(plain_wall_s, baseline(program).peak_bytes, budget, runs, sim)

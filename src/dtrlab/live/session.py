@@ -1,49 +1,60 @@
-"""The live session: every aten operator of a PyTorch step, below autograd, under a memory budget.
+"""The live session: every aten operator of a PyTorch step, below autograd, under a memory budget,
+decided by the simulator's own engine.
 
-Owns dispatch (wrapping results in LiveTensor), replay (with an explicit stack), the rules for
-views, in-place writes and random operators, eviction, the byte count and the clock. Which storage
-to evict is the simulator's policy's choice (scoring.py), over the pool kept as the engine keeps it
-(a storage joins when made or unlocked, leaves when locked or evicted); costs come from a clock
-(clocks.py).
+The session is a second source of events for sim/pyengine.py's Engine (a trace is the first):
+each operator becomes the instructions its capture would have (capture/naming.Namer, the trace
+recorder's own), lowered one at a time (trace.lower.Lowering); the engine follows the lowered
+schedule and decides what to evict and what to rematerialize, and the session carries it out as
+the engine's executor (`compute`: run an operator, or replay its recipe; `evict`: drop the values
+of a storage's tensors). The bookkeeping, the policies and the clock are the engine's.
 
-The rules (docs/live.md says why each is sound):
-- Storage is the unit: a result sharing an argument's storage is a view of it (no new bytes);
-  evicting a storage drops the value of every tensor on it; a view comes back by replaying its
-  view operator on its (rematerialized) base.
-- A write to a storage made in the step is copy-on-write, as the trace format's MUTATE: the
-  operator runs on a copy of the storage's bytes, the copy becomes the storage's new version and
-  every live tensor on the old version is rebound to the same window on the new one; the old
-  version stays for the recipes that read it (and, with no tensor left on it, is evicted).
-- A write to a constant (parameter, buffer, input: a tensor made outside the step) happens in
-  place, on the caller's tensor; the old bytes are kept as a snapshot, a pinned constant, so a
-  recipe that read them replays exactly. A replay that writes gets scratch copies to write.
-- A random operator keeps the generator's state from before it ran; a replay restores it.
-- Operators that change a tensor's own metadata in place (`transpose_`, `resize_`, `set_`) are
-  refused: a wrapper's shape is fixed when it is made.
+Two ways to know an operator's outputs:
+- planned (`plan=`, the instructions of a capture of the same step): before an operator runs, the
+  engine takes its instructions from the plan, so room is made for its outputs before they exist,
+  exactly as when the plan is simulated; the instructions the step makes are checked against the
+  plan's (`PlanMismatch` at the first that differs). With the logical clock its costs are the plan's.
+- unplanned: the arguments are made resident (Engine.prepare), the operator runs, then its
+  instructions are taken (Engine.finish): its results exist before room is made for them.
+
+The rules (docs/live.md says why each is sound): storage is the unit (a view shares its base's
+storage, evicting a storage drops every tensor on it, a view comes back by replaying its view
+operator); every write goes to a copy of the written storage's bytes, which becomes the new
+version (the trace's MUTATE), and the other tensors on that storage move to it (REBIND); a
+constant written in the step gets the final version's bytes back when the step ends; a random
+operator's replay restores the generators' states of its first run; operators that change a
+tensor's own metadata in place (`transpose_`, `resize_`, `set_`) are refused.
 """
 
 from __future__ import annotations
 
+import gc
 import math
-import time
-import weakref
-from typing import Callable, Iterable
+from typing import Callable, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from ..capture.naming import REBIND_OP, Namer
 from ..capture.schema import written_tensors
-from ..defaults import DEFAULT_POLICY
+from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, LIVE_CLOCKS
 from ..errors import DtrlabError, UsageError
-from ..sim.policies import Policy
-from .clocks import Clock, UnitClock
-from .graph import Call, Handle, Record, Storage
-from .scoring import Chooser
+from ..sim.policies import Policy, get_policy
+from ..sim.pyengine import Engine, OutOfMemory
+from ..sim.runtimes import get_runtime
+from ..trace.read import Annotate, Call, Constant, Instruction, Mutate, Release
+from ..trace.lower import Lowering
+from .recipes import CALL, CONSTANT, MUTATE, REBIND, Recipe, Run, data_ptr, execute, on_bytes, rng_state, window_of
+
+LOGICAL, MEASURED = LIVE_CLOCKS
 
 
 class LiveBudgetError(DtrlabError):
     """The budget cannot be met: everything resident is pinned (constants) or locked (in use)."""
+
+
+class PlanMismatch(UsageError):
+    """The step made an instruction its plan does not have there (it is not the planned step)."""
 
 
 def _refused(func) -> str | None:
@@ -52,38 +63,25 @@ def _refused(func) -> str | None:
     return None
 
 
-def _cuda_devices(flat) -> list[int]:
-    return sorted({x.device.index or 0 for x in flat if isinstance(x, torch.Tensor) and x.device.type == "cuda"})
+_UNCHECKED = (Release, Annotate)
 
 
-def _get_rng(flat) -> tuple:
-    """The default generators' states (the CPU's, and each CUDA device's the operator touches)."""
-    return torch.get_rng_state(), {d: torch.cuda.get_rng_state(d) for d in _cuda_devices(flat)}
-
-
-def _set_rng(state: tuple) -> None:
-    cpu, cuda = state
-    torch.set_rng_state(cpu)
-    for d, st in cuda.items():
-        torch.cuda.set_rng_state(st, d)
-
-
-def _ptr(t: torch.Tensor) -> int:
-    """The data pointer of a tensor's storage, or 0 for an empty one (it shares nothing)."""
-    s = t.untyped_storage()
-    return s.data_ptr() if s.nbytes() > 0 else 0
+def _same(a: Instruction, b: Instruction) -> bool:
+    """Equal but for times and line numbers (a plan's costs are its own; a live step's lines are 0)."""
+    if isinstance(a, (Call, Mutate)) and isinstance(b, type(a)):
+        return a._replace(time_ns=0, line=0) == b._replace(time_ns=0, line=0)
+    return type(a) is type(b) and a._replace(line=0) == b._replace(line=0)
 
 
 class LiveTensor(torch.Tensor):
-    """A wrapper below autograd: metadata only; the value lives in the session's record."""
+    """A wrapper below autograd: metadata only; its value is the session's (`LiveSession.value`)."""
 
     @staticmethod
-    def __new__(cls, session: "LiveSession", handle: Handle):
-        r = handle.record
-        t = torch.Tensor._make_wrapper_subclass(cls, r.shape, strides=r.stride, storage_offset=r.offset,
-                                                dtype=r.dtype, device=r.device, requires_grad=False)
+    def __new__(cls, session: "LiveSession", like: torch.Tensor):
+        t = torch.Tensor._make_wrapper_subclass(cls, like.shape, strides=like.stride(),
+                                                storage_offset=like.storage_offset(), dtype=like.dtype,
+                                                device=like.device, requires_grad=False)
         t._session = session
-        t._handle = handle
         return t
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -95,47 +93,142 @@ class LiveTensor(torch.Tensor):
         return session.dispatch(func, args, kwargs or {})
 
     def __repr__(self) -> str:
-        r = self._handle.record
-        state = "resident" if r.storage.resident else "evicted"
-        return f"LiveTensor(shape={tuple(r.shape)}, dtype={r.dtype}, storage={r.storage.id}, {state})"
+        tid = self._session.tensor_id(self)
+        state = "resident" if tid is not None and self._session.values[tid] is not None else "evicted"
+        return f"LiveTensor(shape={tuple(self.shape)}, dtype={self.dtype}, tensor={tid}, {state})"
+
+
+class _Dispatch:
+    """The operator being dispatched: what its recipes share, and its one first run."""
+
+    __slots__ = ("func", "spec", "leaves", "tensor_leaf", "flat", "inputs", "arg_names", "mutated", "rng",
+                 "run", "wrappers")
+
+    def __init__(self, func, flat, spec, inputs, arg_names, mutated, rng) -> None:
+        self.func = func
+        self.flat = flat
+        self.spec = spec
+        self.tensor_leaf = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+        self.leaves = [None if isinstance(x, torch.Tensor) else x for x in flat]
+        self.inputs = inputs
+        self.arg_names = arg_names
+        self.mutated = mutated
+        self.rng = rng
+        self.run: Run | None = None
+        self.wrappers: list[LiveTensor] = []
 
 
 class LiveSession(TorchDispatchMode):
-    """Run a step inside `with session:`; results are LiveTensors, `value(t)` reads one.
+    """Run one step inside `with session:`; its results are LiveTensors, `value(t)` reads one.
 
-    policy: any policy the simulator takes (sim.policies.get_policy); clock: what an operator costs
-    (clocks.py; default: every run costs 1); seed: the random policy's.
-    after_op: called after every operator's first run (tests use it to force evictions)."""
+    policy: any policy the simulator takes (sim.policies.get_policy); clock: "logical" (an
+    operator costs what its plan says, or 1 without a plan) or "measured" (each run its elapsed
+    time); plan: the instructions of a capture of the same step (capture.recorder.record), or
+    None; seed: the random policy's. after_op: called after every operator (tests force
+    evictions with it). At the end of the `with`, the tensors still alive are pinned (as the trace
+    format pins the outputs referenced at the end) and the constants written get their new bytes."""
 
     def __init__(self, budget_bytes: float = math.inf, policy: str | Policy = DEFAULT_POLICY,
-                 clock: Clock | None = None, after_op: Callable[["LiveSession"], None] | None = None,
-                 seed: int = 0) -> None:
+                 clock: str = LOGICAL, plan: Sequence[Instruction] | None = None,
+                 after_op: Callable[["LiveSession"], None] | None = None, seed: int = 0) -> None:
         super().__init__()
+        if clock not in LIVE_CLOCKS:
+            raise UsageError(f"unknown clock {clock!r} (known: {', '.join(LIVE_CLOCKS)})")
         self.budget_bytes = budget_bytes
-        self.chooser = Chooser(policy, seed)
-        self.clock = clock or UnitClock()
+        self.policy = get_policy(policy)
+        self.clock = clock
+        self.plan = list(plan) if plan is not None else None
         self._after_op = after_op
-        # id(caller's tensor) -> (the tensor, its record); holding the tensor keeps the id unique
-        self._constants: dict[int, tuple[torch.Tensor, Record]] = {}
-        self._constant_storages: dict[int, Storage] = {}  # data pointer -> the caller's storage
-        self._snapshots: list[Storage] = []  # old bytes of constants written in place, pinned
-        self._resident: dict[int, Storage] = {}  # resident storages made in the step
-        self._pool: dict[int, Storage] = {}  # the evictable ones, in the engine's pool order
-        self._made: list[Storage] = []  # storages the first run in flight made (not yet in the pool)
-        self._handles: dict[int, Handle] = {}  # live wrappers' handles by creation serial
-        self._released: list[Handle] = []  # handles of wrappers that died, handled between operators
-        self._next_id = 0
-        self.resident_bytes = 0
-        self.peak_bytes = 0
-        self.clock_ns = 1  # the engine's clock starts at 1 too
-        self.remat_ns = 0  # clock spent on replays
-        self.operators = 0  # first runs
+        self.namer = Namer(own_releases=plan is None)
+        self.lowering = Lowering("<live step>")
+        self.engine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy,
+                                    get_runtime(DEFAULT_RUNTIME), seed)
+        self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
+        self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
+        self.recipes: list[Recipe] = []  # per engine operator
+        self._fed = 0  # instructions of the source (the plan, or the namer's) lowered so far
+        self._checked = 0  # the namer's instructions compared with the plan's so far
+        self._plan_cmp = 0  # the plan's instructions those were compared with
+        self._constants: dict[str, torch.Tensor] = {}  # constant name -> the caller's tensor
+        self._dispatch: _Dispatch | None = None
+        self._open = False
+        self.finished = False
         self.replays = 0
-        self.evictions = 0  # chosen to meet the budget
-        self.eager_evictions = 0  # storages whose last live tensor died
-        self.evicted: list[int] = []  # storage ids, in the order the budget evicted them
+        self.unplanned_remats = 0  # replays for operators the trace does not have (reading a value)
+        self.evicted: list[int] = []  # storages the policy evicted, in order
 
-    # --- the mode ------------------------------------------------------------------------
+    # --- figures (the engine's) -------------------------------------------------------------
+    @property
+    def clock_ns(self) -> int:
+        return self.engine.clock
+
+    @property
+    def remat_ns(self) -> int:
+        return self.engine.remat_ns
+
+    @property
+    def evictions(self) -> int:
+        return self.engine.evictions
+
+    @property
+    def eager_evictions(self) -> int:
+        return self.engine.eager_evictions
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.engine.peak
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.engine.memory
+
+    @property
+    def operators(self) -> int:
+        return self.namer.operators
+
+    def constant_bytes(self) -> dict[int, int]:
+        """The constants' storages: data pointer -> bytes."""
+        return {data_ptr(t): t.untyped_storage().nbytes() for t in self._constants.values()}
+
+    def held(self) -> list[torch.Tensor]:
+        """Every value the session holds (constants included): what its memory is."""
+        return [v for v in self.values if v is not None]
+
+    def evictable(self) -> list[int]:
+        """The engine's pool: storages that may be evicted now, in its order."""
+        return list(self.engine.pool)
+
+    def evict(self, storage: int) -> None:
+        """Evict an evictable storage now, as the policy would (tests force evictions with it)."""
+        self.engine.evict(storage)
+
+    def tensor_id(self, t: torch.Tensor) -> int | None:
+        """The engine's tensor for a live tensor or a constant of this session (None if unnamed)."""
+        name = self.namer.name(t)
+        return None if name is None else self.lowering.bound.get(name)
+
+    # --- the mode --------------------------------------------------------------------------
+    def __enter__(self):
+        if self._open or self.finished:
+            raise UsageError("a LiveSession runs one step: make a new one for the next")
+        gc.collect()  # garbage from before the step must not be released inside it
+        self._open = True
+        self.namer.start()
+        self._sync_source()
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc, tb):
+        result = super().__exit__(exc_type, exc, tb)
+        try:
+            if exc_type is None:
+                with _disable_current_modes():
+                    self._finish()
+        finally:
+            self._open = False
+            self.finished = True
+            self.namer.stop()
+        return result
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.dispatch(func, args, kwargs or {})
 
@@ -143,359 +236,321 @@ class LiveSession(TorchDispatchMode):
         """The plain tensor behind `t` (rematerialized if evicted); a plain tensor is itself."""
         if not isinstance(t, LiveTensor):
             return t
-        self._flush()
-        r = t._handle.record
-        with _disable_current_modes():  # called inside the step too: replays run plain operators
-            for s in self._ensure(Call(None, None, [r], (), None)):
-                self._unlock(s)
-        return r.value
+        s = t._session
+        tid = s.tensor_id(t)
+        if tid is None:
+            raise UsageError("this live tensor's value is gone: its session has no name for it")
+        if s.values[tid] is None:
+            with _disable_current_modes():
+                s._guarded(lambda: s.engine.materialize(tid))
+                s.unplanned_remats += 1
+        return s.values[tid]
 
-    def pin_outputs(self) -> None:
-        """After the step: bring back every tensor still alive, in creation order, and keep it (as
-        the trace format pins the outputs still referenced at the end, rematerializing them)."""
-        self._flush()
-        with _disable_current_modes():
-            for _, h in sorted(self._handles.items()):
-                self._ensure(Call(None, None, [h.record], (), None))  # its locks are kept: pinned
+    # --- feeding the engine ----------------------------------------------------------------
+    def _guarded(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except OutOfMemory as exc:
+            raise LiveBudgetError(self._why_stuck(exc.args[0])) from None
 
-    def storages(self) -> Iterable[Storage]:
-        """Every storage the session holds bytes for (resident ones made in the step, constants)."""
-        yield from self._resident.values()
-        yield from self._constant_storages.values()
-        yield from self._snapshots
-
-    # --- storages and records --------------------------------------------------------------
-    def _storage(self, nbytes: int, constant: bool) -> Storage:
-        self._next_id += 1
-        s = Storage(self._next_id, nbytes, constant)
-        self.resident_bytes += nbytes
-        self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
-        if not constant:
-            self._resident[s.id] = s
-            self._made.append(s)
-        return s
-
-    def _constant(self, t: torch.Tensor) -> Record:
-        entry = self._constants.get(id(t))
-        if entry is not None:
-            return entry[1]
-        ptr = _ptr(t)
-        s = self._constant_storages.get(ptr) if ptr else None
-        if s is None:
-            s = self._storage(t.untyped_storage().nbytes(), True)
-            if ptr:
-                self._constant_storages[ptr] = s
-        r = Record(s, t)
-        if s.root is None:
-            s.root = r
-        self._constants[id(t)] = (t, r)
-        return r
-
-    def _wrap(self, r: Record) -> LiveTensor:
-        h = Handle(r, self._next_id)
-        self._next_id += 1
-        self._handles[h.serial] = h
-        r.storage.handles.add(h)
-        w = LiveTensor(self, h)
-        weakref.finalize(w, self._released.append, h)
-        return w
-
-    def _rebind(self, h: Handle, s: Storage) -> None:
-        """Point a live wrapper at the same window on storage `s` (a new version of its own)."""
-        h.record.storage.handles.discard(h)
-        h.record = Record(s, h.record.like(s.root.value.untyped_storage()), window=True)
-        s.handles.add(h)
-
-    def _flush(self) -> None:
-        while self._released:
-            h = self._released.pop()
-            del self._handles[h.serial]
-            s = h.record.storage
-            s.handles.discard(h)
-            if not s.handles and not s.constant and s.resident:
-                self._evict(s, by_budget=False)
-
-    # --- eviction ------------------------------------------------------------------------
-    def _lock(self, s: Storage) -> None:
-        if s.locks == 0:
-            self._pool.pop(s.id, None)
-        s.locks += 1
-
-    def _unlock(self, s: Storage) -> None:
-        s.locks -= 1
-        if s.locks == 0 and s.id in self._resident:
-            self._pool[s.id] = s
-
-    def _evict(self, s: Storage, by_budget: bool) -> None:
-        for r in s.records:
-            r.value = None
-        del self._resident[s.id]
-        self._pool.pop(s.id, None)
-        self.resident_bytes -= s.nbytes
-        if by_budget:
-            self.evictions += 1
-            s.evictions += 1
-            self.evicted.append(s.id)
+    def _sync_source(self) -> None:
+        """Lower what the namer wrote since the last call and let the engine follow. Planned, the
+        namer's instructions are checked against the plan and the plan's are lowered."""
+        if self.plan is not None:
+            self._check()
+            self._feed(self.plan, self._plan_cmp)
         else:
-            self.eager_evictions += 1
+            self._feed(self.namer.out, len(self.namer.out))
+        self._guarded(self.engine.step)
 
-    def evict(self, s: Storage) -> None:
-        """Evict a storage now (it must be resident, made in the step and not locked)."""
-        if s.constant or s.locks or s.id not in self._resident:
-            raise ValueError(f"{s} is not evictable")
-        self._evict(s, by_budget=True)
+    def _check(self) -> None:
+        """The namer's instructions since the last check against the plan's, RELEASEs aside (the
+        plan's say when a name dies: the Namer's docstring says why), and annotations (a trace
+        read from a file keeps none before its START)."""
+        out, plan = self.namer.out, self.plan
+        k, j = self._checked, self._plan_cmp
+        while k < len(out):
+            x = out[k]
+            k += 1
+            if isinstance(x, _UNCHECKED):
+                continue
+            while j < len(plan) and isinstance(plan[j], _UNCHECKED):
+                j += 1
+            if j >= len(plan) or not _same(x, plan[j]):
+                want = plan[j] if j < len(plan) else "the end of the plan"
+                raise PlanMismatch(f"the step differs from its plan at the plan's instruction {j + 1}: "
+                                   f"{x} here, {want} in the plan")
+            j += 1
+        self._checked, self._plan_cmp = k, j
 
-    def evictable(self) -> list[Storage]:
-        """The pool: resident, unlocked storages made in the step, in the order the engine keeps."""
-        return list(self._pool.values())
+    def _feed(self, source: Sequence[Instruction], end: int) -> None:
+        """Lower source[self._fed:end] and make the recipes of the operators it creates."""
+        low, i = self.lowering, self._fed
+        while i < end:
+            x = source[i]
+            i += 1
+            if isinstance(x, Call):
+                pairs = source[i:i + 2 * len(x.results)]
+                i += 2 * len(x.results)
+                sizes = [m.size_bytes for m in pairs[0::2]]
+                aliases = [a.alias for a in pairs[1::2]]
+                if x.name == REBIND_OP:  # the RELEASE of the rebound name follows: the namer's own
+                    release = source[i]
+                    i += 1
+                    old = low.bound[release.name]
+                    low.call(x, sizes, aliases)
+                    self._recipe(Recipe(REBIND, self._args_of_last(), window=self.windows[old]))
+                    low.release(release)
+                else:
+                    low.call(x, sizes, aliases)
+                    self._recipe(self._aten_recipe(CALL))
+            elif isinstance(x, Mutate):
+                low.mutate(x)
+                self._recipe(self._aten_recipe(MUTATE))
+            elif isinstance(x, Constant):
+                mem = source[i]
+                i += 1
+                low.constant(x, mem.size_bytes)
+                self._recipe(Recipe(CONSTANT, [], constant=self._constants[x.name]))
+            elif isinstance(x, Release):
+                low.release(x)
+                if self.plan is not None:
+                    self.namer.release(x.name)
+            elif isinstance(x, Annotate):
+                low.annotate(x)
+            else:  # Memory and Alias are taken with their CALL or CONSTANT; nothing else is written
+                raise AssertionError(f"unexpected instruction {x}")
+        self._fed = i
 
-    def _make_room(self, need_bytes: int) -> None:
-        while self.resident_bytes + need_bytes > self.budget_bytes:
-            if not self._pool:
-                raise LiveBudgetError(self._why_stuck(need_bytes))
-            choice = self.chooser.choose(self.evictable(), self.clock_ns, self.budget_bytes,
-                                         self.resident_bytes + need_bytes)
-            self._evict(choice, by_budget=True)
+    def _args_of_last(self) -> list[int]:
+        b = self.lowering.builder
+        return b.op_args[b.op_arg_ptr[-2]:b.op_arg_ptr[-1]]
+
+    def _recipe(self, r: Recipe) -> None:
+        self.recipes.append(r)
+        n = len(self.lowering.builder.t_op)
+        self.values.extend([None] * (n - len(self.values)))
+        self.windows.extend([None] * (n - len(self.windows)))
+
+    def _aten_recipe(self, kind: str) -> Recipe:
+        d = self._dispatch
+        if d is None:
+            raise PlanMismatch(f"the plan has an operator here ({self.lowering.builder.op_names[-1]}) "
+                               f"that the step does not run")
+        return Recipe(kind, self._args_of_last(), d.func, d.spec, d.leaves, d.tensor_leaf, d.mutated, d.rng)
+
+    # --- the executor (the engine calls these) ------------------------------------------------
+    def compute(self, op: int, tensors: list[int], remat: bool) -> int:
+        """Give `tensors` (outputs of operator `op`) values: a first run, or a replay. Returns the
+        run's cost on the session's clock."""
+        r = self.recipes[op]
+        start = self.lowering.builder.op_out_start[op]
+        if remat:
+            self.replays += 1
+        if r.kind == CONSTANT:
+            self._set(start, r.constant)
+            return 0
+        if r.kind == REBIND:
+            self._set(tensors[0], on_bytes(r.window, self.values[r.args[0]].untyped_storage()))
+            return 0
+        measured = None
+        if remat:
+            run = execute(r, [self.values[a] for a in r.args], replay=True)
+            measured = run.elapsed_ns
+        else:
+            d = self._dispatch
+            if d.run is None:  # planned: the operator runs now, with room made and its arguments locked
+                self._run_first(d, r)
+                measured = d.run.elapsed_ns
+            run = d.run  # else it ran already: its instructions carry the time (the first of them)
+        for t in tensors:
+            k = t - start
+            self._set(t, run.passed[r.written[k]] if r.kind == MUTATE else run.results[k])
+        if self.clock == MEASURED and measured is not None:
+            return measured
+        return self.lowering.builder.op_cost[op]
+
+    def drop(self, storage: int, by_policy: bool) -> None:
+        """The engine evicted `storage`: its tensors' values go."""
+        if by_policy:
+            self.evicted.append(storage)
+        for t in self.engine.s_tensors[storage]:
+            self.values[t] = None
+
+    def _set(self, t: int, v: torch.Tensor) -> None:
+        self.values[t] = v
+        if self.windows[t] is None:
+            self.windows[t] = window_of(v)
 
     def _why_stuck(self, need_bytes: int) -> str:
-        pinned = [s for s in self.storages() if s.constant]
-        locked = [s for s in self._resident.values() if s.locks]
-        return (f"the budget of {self.budget_bytes:.0f} bytes cannot be met: {self.resident_bytes} bytes resident "
-                f"and {need_bytes} more needed; pinned: {sum(s.nbytes for s in pinned)} bytes in "
-                f"{len(pinned)} constants; locked by the operator in flight: "
-                f"{sum(s.nbytes for s in locked)} bytes in storages "
-                f"{', '.join(str(s.id) for s in locked[:8])}{' ...' if len(locked) > 8 else ''}")
+        e = self.engine
+        material = [s for s in range(len(e.material)) if e.material[s]]
+        pinned = [s for s in material if e.pinned[s]]
+        locked = [s for s in material if e.ref_int[s] > 0 and not e.pinned[s]]
+        return (f"the budget of {self.budget_bytes:.0f} bytes cannot be met: {e.memory} bytes resident "
+                f"and {need_bytes} more needed; "
+                f"pinned: {sum(e.s_size[s] for s in pinned)} bytes in {len(pinned)} constants; "
+                f"locked by the operator in flight: {sum(e.s_size[s] for s in locked)} bytes in storages "
+                f"{', '.join(str(s) for s in locked[:8])}{' ...' if len(locked) > 8 else ''}")
 
-    # --- replay --------------------------------------------------------------------------
-    def _ensure(self, call: Call) -> list[Storage]:
-        """Give every record `call` reads a value, replaying what was evicted; lock their storages.
+    # --- the first run of an operator ----------------------------------------------------------
+    def _name(self, x: torch.Tensor) -> str:
+        """The name of an argument: a live tensor's, or a constant's (named now if new)."""
+        if isinstance(x, LiveTensor) and x._session is self:
+            name = self.namer.name(x)
+            if name is None:
+                raise UsageError("a live tensor of this session lost its name (used after its release)")
+            return name
+        name = self.namer.name(x)
+        if name is None:
+            name = self.namer.name_of(x)
+            # An alias of its storage, not the caller's object: that must be free to die (its
+            # RELEASE is the trace's); the alias keeps the bytes, as the engine pins a constant.
+            self._constants[name] = x.detach()
+        return name
 
-        An explicit stack, not recursion (rematerialization chains are deep): a frame is
-        [call, next record, storages it locked]. Returns the storages locked for `call`."""
-        self._touch(call)
-        stack: list[list] = [[call, 0, []]]
-        while True:
-            frame = stack[-1]
-            c, i, locked = frame
-            if i < len(c.records):
-                r = c.records[i]
-                if r.value is None and r.window and r.storage.resident:
-                    r.value = r.like(r.storage.root.value.untyped_storage())
-                if r.value is None:
-                    producer = (r.storage.root if r.window else r).call
-                    if any(f[0] is producer for f in stack):
-                        raise AssertionError(f"a recipe that reads itself: {producer.func}")
-                    self._touch(producer)
-                    stack.append([producer, 0, []])
-                    continue
-                self._lock(r.storage)
-                locked.append(r.storage)
-                frame[1] = i + 1
-                continue
-            if c is call:
-                return locked
-            self._replay(c)
-            for s in locked:
-                self._unlock(s)
-            stack.pop()
-
-    def _touch(self, call: Call) -> None:
-        """A call about to run: its arguments' storages were used now (the engine's last access)."""
-        if call.func is not None:
-            for r in call.records:
-                r.storage.last_access_ns = self.clock_ns
-
-    def _replay(self, call: Call) -> None:
-        outs = [o() if o is not None else None for o in call.outputs]
-        roots = {sid: ref() for sid, ref in call.new_roots.items()}
-        produced = {r.storage.id: r.storage for r in outs if r is not None and r.storage.root is r}
-        produced.update((r.storage.id, r.storage) for r in roots.values() if r is not None)
-        made = {sid: s for sid, s in produced.items() if not s.resident}  # what this replay brings back
-        self._make_room(sum(s.nbytes for s in made.values()))
-        flat, _, scratch, elapsed_ns = self._execute(call, [x.value if isinstance(x, Record) else x
-                                                            for x in call.leaves], replay=True)
-        cost_ns = self.clock.replay(call.cost, elapsed_ns)
-        self.clock_ns += cost_ns
-        self.remat_ns += cost_ns
-        self.replays += 1
-        for sid, r in roots.items():
-            if r is not None and r.storage.id in made:
-                r.value = r.like(scratch[sid])
-        for r, v in zip(outs, flat):
-            if r is None or r.value is not None:
-                continue
-            sid = r.storage.id
-            # A result on a storage this call makes is kept only if this replay brought it
-            # back; a view of an argument is a view of that argument's current bytes.
-            if sid in made or (sid not in produced and r.storage.resident):
-                r.value = v
-        for s in made.values():
-            s.remats += 1
-            self.resident_bytes += s.nbytes
-            self._resident[s.id] = s
-            if s.locks == 0:
-                self._pool[s.id] = s
-        self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
-
-    def _execute(self, call: Call, values: list, replay: bool):
-        """Run the call's operator on `values` (its leaves). Writes go to scratch copies of the
-        storages written, except a constant's on the first run, which is written in place.
-        Returns the flattened outputs, their spec, the scratch bytes by storage id and the elapsed ns."""
-        scratch: dict[int, torch.UntypedStorage] = {}
-        for pos in call.mutated:
-            s = call.leaves[pos].storage
-            if (replay or not s.constant) and s.id not in scratch:
-                scratch[s.id] = s.root.value.untyped_storage().clone()
-        if scratch:
-            for pos, r in enumerate(call.leaves):
-                if isinstance(r, Record) and r.storage.id in scratch:
-                    values[pos] = r.like(scratch[r.storage.id])
-        args, kwargs = tree_unflatten(values, call.spec)
-        if call.rng is None or not replay:
-            start_ns = time.perf_counter_ns()
-            out = call.func(*args, **kwargs)
-            elapsed_ns = time.perf_counter_ns() - start_ns
-        else:
-            with torch.random.fork_rng(devices=list(call.rng[1])):
-                _set_rng(call.rng)
-                start_ns = time.perf_counter_ns()
-                out = call.func(*args, **kwargs)
-                elapsed_ns = time.perf_counter_ns() - start_ns
-        flat, spec = tree_flatten(out)
-        return flat, spec, scratch, elapsed_ns
-
-    # --- the first run of an operator ------------------------------------------------------
     def dispatch(self, func, args, kwargs):
-        self._flush()
+        if not self._open:
+            return self._outside(func, args, kwargs)
         reason = _refused(func)
         if reason:
             raise UsageError(reason)
-        flat, spec = tree_flatten((args, kwargs))
-        leaves = [x._handle.record if isinstance(x, LiveTensor) else
-                  self._constant(x) if isinstance(x, torch.Tensor) else x for x in flat]
-        written = written_tensors(func, args, kwargs)
-        mutated = tuple(i for i, x in enumerate(flat) if any(x is w for w in written))
-        rng = _get_rng(flat) if torch.Tag.nondeterministic_seeded in func.tags else None
-        call = Call(func, spec, leaves, mutated, rng)
-        locked = self._ensure(call)
-        written_constants = {}
-        for p in mutated:
-            if leaves[p].storage.constant:
-                written_constants[leaves[p].storage.id] = leaves[p].storage
-        for s in written_constants.values():
-            self._snapshot(s)
-        # The caller's own tensors for constants (a constant's write goes to them), else the records'.
-        values = [x if isinstance(x, torch.Tensor) and not isinstance(x, LiveTensor) else
-                  r.value if isinstance(r, Record) else x for x, r in zip(flat, leaves)]
-        out_flat, out_spec, scratch, elapsed_ns = self._execute(call, values, replay=False)
-        self.operators += 1
-        # Would the trace recorder write this operator (a result that is no argument, or a write)?
-        recorded = bool(mutated) or any(isinstance(v, torch.Tensor) and not any(v is x for x in values)
-                                        for v in out_flat)
-        call.cost = self.clock.first_run(str(func), bool(mutated), elapsed_ns, recorded)
-        self._made = []
-        result = tree_unflatten(self._results(call, flat, values, out_flat, scratch, written_constants), out_spec)
-        # As the engine: room is made with the arguments locked and before the results join the
-        # pool, on the clock before the operator; then its results join, then its arguments.
-        self._make_room(0)
-        self.clock_ns += call.cost.total_ns
-        for s in self._made:
-            if s.locks == 0 and s.id in self._resident:
-                self._pool[s.id] = s
-        for s in locked:
-            self._unlock(s)
-        for o in call.outputs:
-            r = o() if o is not None else None
-            if r is not None:
-                r.storage.last_access_ns = self.clock_ns
-        for ref in call.new_roots.values():
-            if ref() is not None:
-                ref().storage.last_access_ns = self.clock_ns
+        namer = self.namer
+        with namer.lock, _disable_current_modes():
+            namer.flush()
+            flat, spec = tree_flatten((args, kwargs))
+            flat = [self.value(x) if isinstance(x, LiveTensor) and x._session is not self else x for x in flat]
+            inputs = [x for x in flat if isinstance(x, torch.Tensor)]
+            namer.mark_backward()
+            arg_names = [self._name(x) for x in inputs]
+            written = written_tensors(func, *tree_unflatten(flat, spec))
+            mutated = [next(j for j, t in enumerate(inputs) if t is w) for w in written]
+            rng = rng_state(flat) if torch.Tag.nondeterministic_seeded in func.tags else None
+            d = _Dispatch(func, flat, spec, inputs, arg_names, mutated, rng)
+            self._sync_source()
+            self._dispatch = d
+            try:
+                if self.plan is not None and self._planned(d):
+                    self._guarded(self.engine.step)  # the first run happens in `compute`
+                else:
+                    self._unplanned(d)
+                result = self._returned(d)
+            finally:
+                self._dispatch = None
         if self._after_op is not None:
             self._after_op(self)
         return result
 
-    def _charge(self, call: Call, s: Storage, cost_ns: int) -> None:
-        """Storage `s` gets a tensor from `call`: its cost counts in s's compute, its arguments'
-        storages become s's parents (the graph a policy's e* is traversed on)."""
-        s.compute_ns += cost_ns
-        for r in call.records:
-            p = r.storage
-            if p is not s:
-                s.parents[p.id] = p
-                p.children[s.id] = s
+    def _planned(self, d: _Dispatch) -> bool:
+        """Lower the plan's instructions of this operator (releases the recorder saw during it
+        first); False if the plan has none here (an operator that neither makes nor writes)."""
+        plan, name = self.plan, str(d.func)
+        j = self._fed
+        while j < len(plan) and isinstance(plan[j], _UNCHECKED):
+            j += 1
+        first = plan[j] if j < len(plan) else None
+        if not (isinstance(first, (Call, Mutate)) and first.name == name and list(first.args) == d.arg_names):
+            return False
+        j += 1
+        if isinstance(first, Mutate):
+            while j < len(plan) and isinstance(plan[j], Call) and plan[j].name == REBIND_OP:
+                j += 4  # CALL, MEMORY, ALIAS, RELEASE
+            nxt = plan[j] if j < len(plan) else None
+            if isinstance(nxt, Call) and nxt.name == name and nxt.time_ns == 0:
+                j += 1 + 2 * len(nxt.results)
+        else:
+            j += 2 * len(first.results)
+        self._feed(plan, j)
+        return True
 
-    def _snapshot(self, s: Storage) -> None:
-        """Before a constant is written in place: its records move to a pinned copy of its bytes
-        (the recipes that read them replay exactly); the caller's tensors get new records."""
-        snap = self._storage(s.nbytes, True)
-        raw = s.root.value.untyped_storage().clone()
-        for r in s.records:
-            r.storage = snap
-            r.value = r.like(raw)
-        snap.records, s.records = s.records, []
-        snap.root, s.root = s.root, None
-        self._snapshots.append(snap)
-        for tid, (t, r) in list(self._constants.items()):
-            if r.storage is snap:
-                fresh = Record(s, t)
-                s.root = s.root or fresh
-                self._constants[tid] = (t, fresh)
-        for h in list(s.handles):  # live wrappers on the constant see its new bytes, as in PyTorch
-            self._rebind(h, s)
+    def _unplanned(self, d: _Dispatch) -> None:
+        """Arguments made resident and locked, the operator run, then its instructions lowered
+        and taken. An operator a plan does not have (it neither makes nor writes) is run on its
+        arguments as they are when all are resident, so the planned schedule is not disturbed."""
+        e = self.engine
+        args = [self.lowering.bound[n] for n in d.arg_names]
+        quiet = self.plan is not None and all(self.values[a] is not None for a in args)
+        if not quiet:
+            self._guarded(lambda: e.prepare(args))
+            if self.plan is not None:
+                self.unplanned_remats += 1
+        self._run_first(d, None)  # planned, an operator with results or writes is a mismatch here
+        if self.plan is not None:
+            if not quiet:
+                self._guarded(lambda: e.finish(args, None))
+            return
+        first_op = len(self.recipes)
+        n_before = len(self.namer.out)
+        self._feed(self.namer.out, len(self.namer.out))
+        made = len(self.recipes) > first_op and any(isinstance(x, (Call, Mutate)) for x in self.namer.out[n_before:])
+        self._guarded(lambda: e.finish(args, self._first_aten_op(first_op) if made else None))
 
-    def _results(self, call: Call, flat, values, out_flat, scratch, written_constants) -> list:
-        """The wrappers (or the caller's own objects) to return, and the call's records of them."""
-        # A storage made in the step and written here gets its new version first: its live
-        # wrappers move there, and results may be views of it.
-        new: dict[int, Storage] = {}
-        for pos in call.mutated:
-            old = call.leaves[pos].storage
-            if old.id in scratch and old.id not in new:
-                s = self._storage(old.nbytes, False)
-                self._charge(call, s, call.cost.mutate_ns)
-                s.root = Record(s, old.root.like(scratch[old.id]), call, -1)
-                call.new_roots[old.id] = weakref.ref(s.root)
-                new[old.id] = s
-                for h in list(old.handles):
-                    self._rebind(h, s)
-                if old.resident:
-                    self._evict(old, by_budget=False)  # no live tensor is left on the old version
-        by_ptr: dict[int, Storage] = {}
-        for x, v, r in zip(flat, values, call.leaves):
-            if isinstance(r, Record) and _ptr(v):
-                st = r.storage if isinstance(x, LiveTensor) else self._constant(x).storage
-                by_ptr.setdefault(_ptr(v), new.get(st.id, st))
-        out, outputs = [], []
-        charged = set(s.id for s in new.values())  # each call counts once per storage, as the engine's
-        for j, v in enumerate(out_flat):
-            if not isinstance(v, torch.Tensor):
-                out.append(v)
-                outputs.append(None)
+    def _first_aten_op(self, first_op: int) -> int:
+        return next(o for o in range(first_op, len(self.recipes)) if self.recipes[o].kind in (CALL, MUTATE))
+
+    def _run_first(self, d: _Dispatch, r: Recipe | None) -> None:
+        """The operator's one first run, on its arguments' values; the namer writes its instructions
+        (checked against the plan when there is one)."""
+        recipe = r or Recipe(CALL, [self.lowering.bound[n] for n in d.arg_names], d.func, d.spec, d.leaves,
+                             d.tensor_leaf, d.mutated, d.rng)
+        values = [self.values[a] for a in recipe.args]
+        d.run = run = execute(recipe, values, replay=False)
+        d.wrappers = [LiveTensor(self, v) for v in run.results]
+        results = []
+        for w, v in zip(d.wrappers, run.results):
+            ptr = data_ptr(v)
+            same = next((k for k, p in enumerate(run.passed) if ptr and data_ptr(p) == ptr), None)
+            key = self.namer.key_of(d.arg_names[same]) if same is not None else self.namer.fresh_key()
+            results.append((w, key, v.untyped_storage().nbytes()))
+        cost = run.elapsed_ns if self.clock == MEASURED else 1
+        self.namer.flush()
+        self.namer.emit(str(d.func), d.arg_names, d.mutated, results, cost)
+        if self.plan is not None:
+            self._check()
+
+    def _returned(self, d: _Dispatch):
+        """What the operator returns to its caller: its own objects for what it was given (an
+        in-place operator's `self`), the wrappers for its results."""
+        run = d.run
+        wrapper_of = {id(v): w for v, w in zip(run.results, d.wrappers)}
+        out = []
+        for v in run.out_flat:
+            if isinstance(v, torch.Tensor):
+                k = next((k for k, p in enumerate(run.passed) if v is p), None)
+                v = d.inputs[k] if k is not None else wrapper_of[id(v)]
+            out.append(v)
+        return tree_unflatten(out, run.out_spec)
+
+    def _outside(self, func, args, kwargs):
+        """An operator on live tensors outside their session's step: it runs on their values."""
+        flat, spec = tree_flatten((args, kwargs))
+        with _disable_current_modes():
+            a, k = tree_unflatten([self.value(x) if isinstance(x, LiveTensor) else x for x in flat], spec)
+            return func(*a, **k)
+
+    # --- the end of the step --------------------------------------------------------------
+    def _finish(self) -> None:
+        """Pin what is still alive (the trace's final PINs), then copy each written constant's final
+        version into the caller's tensor."""
+        self.namer.flush()
+        self._sync_source()
+        if self.plan is not None:
+            rest = [x for x in self.plan[self._plan_cmp:] if not isinstance(x, _UNCHECKED)]
+            if rest:
+                raise PlanMismatch(f"the step ended before its plan did: {rest[0]} and {len(rest) - 1} more "
+                                   f"instructions are not run")
+            self._feed(self.plan, len(self.plan))
+        self.lowering.pin_outputs()
+        self._guarded(self.engine.step)
+        done: set[int] = set()
+        for name, t in self._constants.items():
+            tid = self.lowering.bound[name]
+            original = self.recipes[self.lowering.builder.t_op[tid]]
+            if original.kind == CONSTANT and original.constant is t:
+                continue  # not written in the step
+            ptr = data_ptr(t)
+            if ptr in done:
                 continue
-            same = next((k for k, x in enumerate(values) if x is v), None)
-            if same is not None:  # an in-place operator's `self`, or `out=`: the caller's own object
-                out.append(flat[same])
-                outputs.append(None)
-                continue
-            ptr = _ptr(v)
-            s = by_ptr.get(ptr) if ptr else None
-            if s is not None and s.id in written_constants:
-                r = Record(s, v, window=True)  # a view of a constant written in place: its new bytes
-            elif s is not None:
-                if s.id not in charged:
-                    charged.add(s.id)
-                    self._charge(call, s, call.cost.call_ns)
-                r = Record(s, v, call, j)
-            else:
-                s = self._storage(v.untyped_storage().nbytes(), False)
-                charged.add(s.id)
-                self._charge(call, s, call.cost.call_ns)
-                r = Record(s, v, call, j)
-                s.root = r
-                if ptr:
-                    by_ptr[ptr] = s
-            outputs.append(weakref.ref(r))
-            out.append(self._wrap(r))
-        call.outputs = outputs
-        return out
+            done.add(ptr)
+            v = self.values[tid]
+            t.untyped_storage().copy_(v.untyped_storage())

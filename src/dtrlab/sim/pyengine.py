@@ -2,6 +2,13 @@
 
 It is the readable definition of the semantics and the oracle the compiled engine is held to;
 it also runs user-defined policies. No recursion: rematerialization uses an explicit stack.
+
+It has two sources of events. `Engine(program, ...).run()` walks a lowered trace's schedule;
+`Engine.follow(builder, ...)` follows a trace.lower.Lowering's tables and schedule as they grow,
+one `step` at a time, and tells an executor (the live runtime, live/session.py) what to run and
+what to drop: its `compute(op, tensors, remat)` runs operator `op` (a first run or a
+rematerialization) and gives values to `tensors`, returning what the run cost on its clock; its
+`drop(storage, by_policy)` drops the values of the storage's tensors. The bookkeeping is this file's alone.
 """
 
 from __future__ import annotations
@@ -69,8 +76,8 @@ def scan_pool(pool, score) -> tuple:
     return best_s, best, evals
 
 
-class _OutOfMemory(Exception):
-    pass
+class OutOfMemory(Exception):
+    """The budget cannot be met: nothing evictable is left (a run's OOM)."""
 
 
 class _RematLimit(Exception):
@@ -96,7 +103,7 @@ class _Region:
 class Engine:
     """State of one run. `run()` walks the schedule and returns the counters."""
 
-    def __init__(self, program: Program, budget_bytes: float, policy: Policy, runtime: Runtime,
+    def __init__(self, program: Program | None, budget_bytes: float, policy: Policy, runtime: Runtime,
                  remat_limit_ns: float = INF, seed: int = 0, observer=None) -> None:
         self.p = program
         self.budget = budget_bytes
@@ -105,48 +112,46 @@ class Engine:
         self.remat_limit = remat_limit_ns
         self.rng = _SplitMix(seed)
         self.obs = observer
+        self.ex = None  # the executor of a followed source (none for a trace)
         self.regions_on = runtime.optimized and NEIGHBORHOOD in policy.needs
         self.eq_on = runtime.optimized and EQ_CLASS in policy.needs
         self.history_on = HISTORY in policy.needs
 
-        nt, ns = program.n_tensors, program.n_storages
-        self.t_storage = program.tensor_storage.tolist()
-        self.t_op = program.tensor_op.tolist()
-        self.op_cost = program.op_cost_ns.tolist()
-        self.op_start = program.op_out_start.tolist()
-        self.op_nout = program.op_n_out.tolist()
-        self.op_size = [0] * program.n_ops
-        sizes = program.tensor_size_bytes.tolist()
-        for t in range(nt):
-            self.op_size[self.t_op[t]] += sizes[t]
-        self.t_size = sizes
-        ptr, args = program.op_arg_ptr.tolist(), program.op_args.tolist()
-        self.op_args = [args[ptr[o]:ptr[o + 1]] for o in range(program.n_ops)]
-        self.s_size = program.storage_size_bytes.tolist()
-        self.s_root = program.storage_root.tolist()
+        if program is not None:
+            self.t_storage = program.tensor_storage.tolist()
+            self.t_op = program.tensor_op.tolist()
+            self.op_cost = program.op_cost_ns.tolist()
+            self.op_start = program.op_out_start.tolist()
+            self.op_nout = program.op_n_out.tolist()
+            self.t_size = program.tensor_size_bytes.tolist()
+            self._arg_ptr, self._args = program.op_arg_ptr.tolist(), program.op_args.tolist()
+            self.s_size = program.storage_size_bytes.tolist()
+            self.s_root = program.storage_root.tolist()
+        self.op_size: list[int] = []  # per operator: the bytes of its outputs (0 for an alias)
+        self.op_args: list[list[int]] = []
 
         # tensors: graph edges grow as operators are created (and shrink when banished)
-        self.parents: list[list[int]] = [[] for _ in range(nt)]
-        self.children: list[list[int]] = [[] for _ in range(nt)]
-        self.defined = [False] * nt
+        self.parents: list[list[int]] = []
+        self.children: list[list[int]] = []
+        self.defined: list[bool] = []
         # storages
-        self.s_tensors: list[list[int]] = [[] for _ in range(ns)]
-        self.s_compute = [0] * ns
-        self.material = [False] * ns
-        self.ref_int = [0] * ns
-        self.ref_ext = [0] * ns
-        self.pinned = [False] * ns
-        self.last_access = [-INF] * ns  # the reference's last_access_int
+        self.s_tensors: list[list[int]] = []
+        self.s_compute: list[int] = []
+        self.material: list[bool] = []
+        self.ref_int: list[int] = []
+        self.ref_ext: list[int] = []
+        self.pinned: list[bool] = []
+        self.last_access: list[float] = []  # the reference's last_access_int
         self.pool: dict[int, None] = {}  # insertion-ordered set of evictable storages
-        self.region_fwd = [_Region() for _ in range(ns)] if (self.regions_on) else None
-        self.region_rev = [_Region() for _ in range(ns)] if (self.regions_on) else None
+        self.region_fwd: list[_Region] | None = [] if self.regions_on else None
+        self.region_rev: list[_Region] | None = [] if self.regions_on else None
         # equivalence classes: union-find over nodes, value kept at the root
-        self.ecn: list[int | None] = [None] * ns
-        self.ecn_made = [False] * ns
+        self.ecn: list[int | None] = []
+        self.ecn_made: list[bool] = []
         self.uf_parent: list[int] = []
         self.uf_value: list[int] = []
         # banishing
-        self.evicted_dependents: list[set[int]] = [set() for _ in range(ns)] if runtime.banishing else []
+        self.evicted_dependents: list[set[int]] = []
 
         self.clock = 1
         self.memory = 0
@@ -159,9 +164,60 @@ class Engine:
         self.score_evals = 0
         self.ops_created = 0
         # per-storage history, kept only for a policy that reads it
-        self.s_evictions = [0] * ns if self.history_on else None
-        self.s_remats = [0] * ns if self.history_on else None
+        self.s_evictions: list[int] | None = [] if self.history_on else None
+        self.s_remats: list[int] | None = [] if self.history_on else None
         self._score = _formula_score(self, policy.formula) if policy.formula is not None else self._function_score
+        self._steps: list = []
+        self.steps_done = 0
+        if program is not None:
+            self._grow()
+
+    @classmethod
+    def follow(cls, builder, executor, budget_bytes: float, policy: Policy, runtime: Runtime,
+               seed: int = 0) -> "Engine":
+        """An engine on a trace.lower._Builder's lists, which it reads as they grow (see `step`)."""
+        if runtime.banishing:
+            raise UsageError(f"runtime {runtime.name}: a followed source supports the runtimes without banishing")
+        e = cls(None, budget_bytes, policy, runtime, INF, seed)
+        e.ex = executor
+        b = builder
+        e.t_storage, e.t_op, e.op_cost, e.op_start, e.op_nout = b.t_storage, b.t_op, b.op_cost, b.op_out_start, b.op_n_out
+        e.t_size, e._arg_ptr, e._args, e.s_size, e.s_root = b.t_size, b.op_arg_ptr, b.op_args, b.s_size, b.s_root
+        e._steps = b.steps
+        return e
+
+    def _grow(self) -> None:
+        """Per-operator, per-tensor and per-storage state for what the tables hold now (in place:
+        compiled scores read these lists)."""
+        n_ops, n_old = len(self.op_cost), len(self.op_size)
+        if n_ops > n_old:
+            ptr, args, start, nout, size = self._arg_ptr, self._args, self.op_start, self.op_nout, self.t_size
+            self.op_args.extend(args[ptr[o]:ptr[o + 1]] for o in range(n_old, n_ops))
+            self.op_size.extend(sum(size[start[o]:start[o] + nout[o]]) for o in range(n_old, n_ops))
+        k = len(self.t_storage) - len(self.defined)
+        if k > 0:
+            self.parents.extend([] for _ in range(k))
+            self.children.extend([] for _ in range(k))
+            self.defined.extend([False] * k)
+        k = len(self.s_size) - len(self.material)
+        if k > 0:
+            self.s_tensors.extend([] for _ in range(k))
+            self.s_compute.extend([0] * k)
+            self.material.extend([False] * k)
+            self.ref_int.extend([0] * k)
+            self.ref_ext.extend([0] * k)
+            self.pinned.extend([False] * k)
+            self.last_access.extend([-INF] * k)
+            if self.regions_on:
+                self.region_fwd.extend(_Region() for _ in range(k))
+                self.region_rev.extend(_Region() for _ in range(k))
+            self.ecn.extend([None] * k)
+            self.ecn_made.extend([False] * k)
+            if self.rt.banishing:
+                self.evicted_dependents.extend(set() for _ in range(k))
+            if self.history_on:
+                self.s_evictions.extend([0] * k)
+                self.s_remats.extend([0] * k)
 
     # --- pool and locks ------------------------------------------------------------------
     def _make_evictable(self, s: int) -> None:
@@ -190,6 +246,8 @@ class Engine:
 
     # --- eviction ------------------------------------------------------------------------
     def _evict(self, s: int, by_policy: bool) -> None:
+        if self.ex is not None:
+            self.ex.drop(s, by_policy)
         self.material[s] = False
         self.memory -= self.s_size[s]
         self._make_unevictable(s)
@@ -357,7 +415,7 @@ class Engine:
     def _free(self, need: int) -> None:
         while self.memory + need > self.budget:
             if not self.pool:
-                raise _OutOfMemory()
+                raise OutOfMemory(need)
             self._evict(self._choose(), True)
 
     # --- computing -----------------------------------------------------------------------
@@ -398,6 +456,10 @@ class Engine:
         remat_sibs = [u for u in sibs if not self.defined[u]]
         remat_storages = [self.t_storage[u] for u in sibs + [t] if not self.material[self.t_storage[u]]]
         cost = self.op_cost[op]
+        if self.ex is not None:
+            cost = self.ex.compute(op, [t] + remat_sibs, remat)
+            if not remat and cost != self.op_cost[op]:
+                self._recost(op, cost)
         self.clock += cost
         self.memory += self.op_size[op]
         if self.memory > self.peak:
@@ -441,9 +503,10 @@ class Engine:
             if not self.rt.banishing or self.ref_ext[ps] > 0:
                 self.last_access[ps] = self.clock
 
-    def _materialize(self, t0: int, remat0: bool) -> None:
-        # Frames: [tensor, remat, undefined parents, next index, waiting for a child]
-        stack = [self._enter(t0, remat0)]
+    def _materialize(self, t0: int, remat0: bool, frame0: list | None = None) -> None:
+        # Frames: [tensor, remat, undefined parents, next index, waiting for a child]; a tensor
+        # of -1 is an operator not yet known (`prepare`): its arguments are left locked.
+        stack = [frame0 or self._enter(t0, remat0)]
         while stack:
             frame = stack[-1]
             t, remat, undefined, i, waiting = frame
@@ -457,6 +520,8 @@ class Engine:
                 frame[3] = i + 1
                 frame[4] = False
                 continue
+            if t < 0:
+                return
             need = self.op_size[self.t_op[t]]
             if self.obs:
                 self.obs.on_pressure(self, t, stack)
@@ -525,28 +590,99 @@ class Engine:
                     self._pin(c)
 
     # --- the schedule --------------------------------------------------------------------
+    def _step(self, kind: int, x: int) -> None:
+        if kind == COMPUTE:
+            outs = self._create(x)
+            self._materialize(outs[0], False)
+            for t in outs:
+                self.last_access[self.t_storage[t]] = self.clock
+        elif kind == GET:
+            self.ref_ext[self.t_storage[x]] += 1
+        elif kind == PIN:
+            if not self.defined[x]:
+                self._materialize(x, True)
+            self._pin(x)
+        elif kind == RELEASE:
+            self._release(x)
+
     def run(self) -> str:
         kinds, targets = self.p.step_kind.tolist(), self.p.step_target.tolist()
         try:
             for kind, x in zip(kinds, targets):
-                if kind == COMPUTE:
-                    outs = self._create(x)
-                    self._materialize(outs[0], False)
-                    for t in outs:
-                        self.last_access[self.t_storage[t]] = self.clock
-                elif kind == GET:
-                    self.ref_ext[self.t_storage[x]] += 1
-                elif kind == PIN:
-                    if not self.defined[x]:
-                        self._materialize(x, True)
-                    self._pin(x)
-                elif kind == RELEASE:
-                    self._release(x)
-        except _OutOfMemory:
+                self._step(kind, x)
+        except OutOfMemory:
             return OOM
         except _RematLimit:
             return REMAT_LIMIT
         return OK
+
+    # --- a followed source -----------------------------------------------------------------
+    def step(self) -> None:
+        """Take the schedule's steps added since the last call. Raises OutOfMemory."""
+        steps = self._steps
+        while self.steps_done < len(steps):
+            self._grow()
+            kind, x = steps[self.steps_done]
+            self.steps_done += 1
+            self._step(kind, x)
+
+    def prepare(self, args: list[int]) -> None:
+        """Make an operator's arguments resident and lock them before the operator is known (its
+        outputs are told after it ran: `finish`). As `_materialize` enters a known operator: the
+        arguments are touched at the clock, the resident ones locked, the others rematerialized,
+        then locked. Raises OutOfMemory."""
+        self.step()
+        for p in args:
+            ps = self.t_storage[p]
+            if not self.rt.banishing or self.ref_ext[ps] > 0:
+                self.last_access[ps] = self.clock
+        for p in args:
+            if self.defined[p]:
+                self._lock(self.t_storage[p])
+        self._materialize(-1, False, [-1, False, [p for p in args if not self.defined[p]], 0, False])
+
+    def finish(self, args: list[int], op: int | None) -> None:
+        """After `prepare(args)` and the operator's run: `op`, its operator in the tables (None for
+        one that made nothing and wrote nothing), is created, room is made for its outputs, it is
+        computed; then the arguments are unlocked and the rest of the schedule taken."""
+        if op is not None:
+            steps = self._steps
+            while steps[self.steps_done] != (COMPUTE, op):  # releases queued while it ran come first
+                self._grow()
+                kind, x = steps[self.steps_done]
+                self.steps_done += 1
+                self._step(kind, x)
+            self._grow()
+            self.steps_done += 1
+            outs = self._create(op)
+            need = self.op_size[op]
+            if self.memory + need > self.budget:
+                self._free(need)
+            self._compute(outs[0], False)
+            for t in outs:
+                self.last_access[self.t_storage[t]] = self.clock
+        for p in args:
+            self._unlock(self.t_storage[p])
+        self.step()
+
+    def materialize(self, t: int) -> None:
+        """Make tensor t resident now (a value read outside an operator). Raises OutOfMemory."""
+        self.step()
+        if not self.defined[t]:
+            self._materialize(t, True)
+
+    def evict(self, s: int) -> None:
+        """Evict an evictable storage now, as the policy would (tests force evictions with it)."""
+        if s not in self.pool:
+            raise ValueError(f"storage {s} is not evictable")
+        self._evict(s, True)
+
+    def _recost(self, op: int, cost: int) -> None:
+        """An operator's cost, known once it has run (a measured clock): its storages' compute follows."""
+        delta = cost - self.op_cost[op]
+        self.op_cost[op] = cost
+        for s in {self.t_storage[t] for t in range(self.op_start[op], self.op_start[op] + self.op_nout[op])}:
+            self.s_compute[s] += delta
 
 
 # Each feature of the score language, read off the engine's state (`e`) for storage `s`.

@@ -14,7 +14,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from .lower import Program
-    from .read import TraceSource
+    from .read import TraceSource, TraceText
 
 # The names this package re-exports, and the submodule each comes from (loaded on first use).
 # Not `lower`: once dtrlab.trace.lower is imported, that name is the submodule.
@@ -65,16 +65,27 @@ def load(source: str | Path, traces: list[str] | None = None, *, cache: bool = T
     return [_load(src, cache, strict) for src in select(open_source(source), traces, str(source))]
 
 
-def load_one(source: str | Path, trace: str | None = None, *, cache: bool = True,
-             strict: bool = False) -> Program:
-    """Exactly one program: `trace` must pick one trace when the source holds several."""
+def _one(source: str | Path, trace: str | None) -> "TraceSource":
     from .read import open_source, select
 
     chosen = select(open_source(source), [trace] if trace else None, str(source))
     if len(chosen) != 1:  # said before reading anything: the traces may be large
         names = ", ".join(s.name for s in chosen)
         raise UsageError(f"{source}: pick one trace with --trace (traces: {names})")
-    return _load(chosen[0], cache, strict)
+    return chosen[0]
+
+
+def load_one(source: str | Path, trace: str | None = None, *, cache: bool = True,
+             strict: bool = False) -> Program:
+    """Exactly one program: `trace` must pick one trace when the source holds several."""
+    return _load(_one(source, trace), cache, strict)
+
+
+def read_one(source: str | Path, trace: str | None = None) -> "TraceText":
+    """Exactly one trace's instructions, read and checked (not lowered)."""
+    from .read import read_trace
+
+    return read_trace(_one(source, trace))
 
 
 def _load(src: TraceSource, cache: bool, strict: bool) -> Program:
@@ -88,5 +99,5 @@ def _load(src: TraceSource, cache: bool, strict: bool) -> Program:
     return lower(read_trace(src), strict=strict)
 
 
-__all__ = ["Program", "TraceSource", "choose_source", "load", "load_one", "open_source", "read_trace",
+__all__ = ["Program", "TraceSource", "choose_source", "load", "load_one", "open_source", "read_one", "read_trace",
            "resolve_source", "select", "shipped_traces"]

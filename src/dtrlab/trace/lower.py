@@ -144,10 +144,11 @@ class _Builder:
         )
 
 
-def lower(text: TraceText, strict: bool = False) -> Program:
-    """The program the reference simulator builds from these instructions.
+class Lowering:
+    """The meaning of each instruction, one at a time, into a growing _Builder.
 
-    strict: a RELEASE of an unknown or already released name is an error (else it is ignored).
+    `lower()` feeds it a whole trace; the live runtime (live/session.py) feeds it a step's
+    instructions as the step runs, and the engine follows `builder.steps` as they grow.
 
     A name holds one reference from its definition to its RELEASE; after that it names nothing,
     so a use of it is an error (naming the RELEASE's line) and a second RELEASE is a RELEASE of an
@@ -155,130 +156,173 @@ def lower(text: TraceText, strict: bool = False) -> Program:
     freeing a tensor that another name still holds; no public trace does either. A tensor's count
     of references is therefore the number of live names bound to it, never below 0 while used.
     """
+
+    def __init__(self, path: str, strict: bool = False) -> None:
+        self.path = path
+        self.strict = strict  # a RELEASE of an unknown or already released name is an error
+        self.builder = _Builder(path)
+        self.bound: dict[str, int] = {}  # name -> tensor id; rebinding keeps the name's first position
+        self.released: dict[str, int] = {}  # name -> line of its RELEASE (the name stays in `bound`)
+        self.refs: list[int] = []  # per tensor: names and copies still holding it
+        self.backward = False
+
+    def _err(self, line: int, reason: str) -> TraceError:
+        return TraceError(self.path, line, reason)
+
+    def lookup(self, name: str, line: int) -> int:
+        if name in self.released:
+            raise self._err(line, f"tensor {name!r} is used after its RELEASE (line {self.released[name]})")
+        try:
+            return self.bound[name]
+        except KeyError:
+            raise self._err(line, f"reference to undefined tensor {name!r}") from None
+
+    def _check_new(self, name: str, line: int) -> None:
+        # The reference refuses to rebind a name too: the pinned outputs follow first bindings.
+        if name in self.released:
+            raise self._err(line, f"tensor {name!r} is defined again after its RELEASE (line {self.released[name]})")
+        if name in self.bound:
+            raise self._err(line, f"tensor {name!r} is defined twice")
+
+    def call(self, x: Call, sizes: list[int], aliases: list[int], args: list[int] | None = None) -> list[int]:
+        """A CALL with its results' MEMORY sizes and ALIAS indices (checked by the caller); args:
+        its arguments' tensors when the caller has looked them up already."""
+        self.backward = self.backward or "backward" in x.name
+        if args is None:
+            args = [self.lookup(a, x.line) for a in x.args]
+        for result in x.results:
+            self._check_new(result, x.line)
+        if len(set(x.results)) != len(x.results):
+            raise self._err(x.line, "CALL names the same result twice")
+        outs = self.builder.add_op(x.name, x.time_ns, args, sizes, aliases, list(x.results), self.backward, x.line)
+        for result, t in zip(x.results, outs):
+            self.bound[result] = t
+            self.refs.append(1)
+        return outs
+
+    def constant(self, x: Constant, size_bytes: int) -> int:
+        self._check_new(x.name, x.line)
+        (t,) = self.builder.add_op(CONSTANT_OP, 0, [], [size_bytes], [-1], [x.name], self.backward, x.line,
+                                   constant=True)
+        self.builder.steps.append((PIN, t))
+        self.bound[x.name] = t
+        self.refs.append(1)
+        return t
+
+    def copy(self, x: Copy) -> None:
+        src = self.lookup(x.src, x.line)
+        self._check_new(x.dst, x.line)
+        self.bound[x.dst] = src
+        self.refs[src] += 1
+        self.builder.steps.append((GET, src))
+
+    def release(self, x: Release) -> None:
+        t = self.bound.get(x.name)
+        if t is None or x.name in self.released:
+            if self.strict:
+                raise self._err(x.line, f"RELEASE of undefined tensor {x.name!r}" if t is None else
+                                f"second RELEASE of {x.name!r} (first on line {self.released[x.name]})")
+            return
+        self.refs[t] -= 1
+        self.released[x.name] = x.line
+        self.builder.steps.append((RELEASE, t))
+
+    def mutate(self, x: Mutate) -> list[int]:
+        self.backward = self.backward or "backward" in x.name
+        if len(set(x.mutate)) != len(x.mutate):
+            raise self._err(x.line, "MUTATE names the same argument twice")
+        b = self.builder
+        args = [self.lookup(a, x.line) for a in x.args]
+        sizes = [int(b.s_size[b.t_storage[args[m]]]) for m in x.mutate]
+        names = [b.t_names[args[m]] + "$" for m in x.mutate]
+        outs = b.add_op(x.name, x.time_ns, args, sizes, [-1] * len(sizes), names, self.backward, x.line)
+        for m, t in zip(x.mutate, outs):
+            old = self.bound[x.args[m]]
+            self.bound[x.args[m]] = t
+            self.refs.append(1)
+            self.refs[old] -= 1
+            b.steps.append((RELEASE, old))
+        return outs
+
+    def copy_from(self, x: CopyFrom) -> None:
+        old = self.lookup(x.dst, x.line)
+        src = self.lookup(x.src, x.line)
+        if old == src:  # `COPY_FROM x <- x`, or a name already holding SRC's tensor: nothing moves
+            return
+        self.bound[x.dst] = src
+        self.refs[old] -= 1
+        self.refs[src] += 1
+        self.builder.steps.append((RELEASE, old))
+        self.builder.steps.append((GET, src))
+
+    def annotate(self, x: Annotate) -> None:
+        if x.annotation == BACKWARD:
+            self.backward = True
+
+    def pin_outputs(self) -> None:
+        """Outputs still referenced at the end are pinned, in the order their names were first bound."""
+        for t in self.bound.values():
+            if self.refs[t] > 0:
+                self.builder.steps.append((PIN, t))
+
+
+def lower(text: TraceText, strict: bool = False) -> Program:
+    """The program the reference simulator builds from these instructions (Lowering's rules).
+
+    strict: a RELEASE of an unknown or already released name is an error (else it is ignored)."""
     path = text.source.path
     ins = text.instructions
-    b = _Builder(path)
-    bound: dict[str, int] = {}  # name -> tensor id; rebinding keeps the name's first position
-    released: dict[str, int] = {}  # name -> line of its RELEASE (the name stays in `bound`)
-    refs: list[int] = []  # per tensor: names and copies still holding it
-    backward = False
+    lowering = Lowering(path, strict)
     n = len(ins)
     i = 0
-
-    def err(line: int, reason: str) -> TraceError:
-        return TraceError(path, line, reason)
-
-    def lookup(name: str, line: int) -> int:
-        if name in released:
-            raise err(line, f"tensor {name!r} is used after its RELEASE (line {released[name]})")
-        try:
-            return bound[name]
-        except KeyError:
-            raise err(line, f"reference to undefined tensor {name!r}") from None
-
-    def check_new(name: str, line: int) -> None:
-        # The reference refuses to rebind a name too: the pinned outputs follow first bindings.
-        if name in released:
-            raise err(line, f"tensor {name!r} is defined again after its RELEASE (line {released[name]})")
-        if name in bound:
-            raise err(line, f"tensor {name!r} is defined twice")
-
     while i < n:
         x = ins[i]
         i += 1
         if isinstance(x, Call):
-            backward = backward or "backward" in x.name
-            args = [lookup(a, x.line) for a in x.args]
+            args = [lowering.lookup(a, x.line) for a in x.args]
             sizes, aliases = [], []
             for result in x.results:
                 mem = ins[i] if i < n else None
                 ali = ins[i + 1] if i + 1 < n else None
                 if not isinstance(mem, Memory) or mem.name != result:
                     where = mem.line if mem is not None else x.line
-                    raise err(where, f"CALL {x.name} (line {x.line}) needs MEMORY for {result!r} here")
+                    raise TraceError(path, where, f"CALL {x.name} (line {x.line}) needs MEMORY for {result!r} here")
                 if not isinstance(ali, Alias) or ali.name != result:
                     where = ali.line if ali is not None else mem.line
-                    raise err(where, f"CALL {x.name} (line {x.line}) needs ALIAS for {result!r} here")
-                if not -1 <= ali.alias < len(args):
-                    raise err(ali.line, f"ALIAS {ali.alias} is out of range for {len(args)} arguments")
+                    raise TraceError(path, where, f"CALL {x.name} (line {x.line}) needs ALIAS for {result!r} here")
+                if not -1 <= ali.alias < len(x.args):
+                    raise TraceError(path, ali.line, f"ALIAS {ali.alias} is out of range for {len(x.args)} arguments")
                 sizes.append(mem.size_bytes)
                 aliases.append(ali.alias)
                 i += 2
-            for result in x.results:
-                check_new(result, x.line)
-            if len(set(x.results)) != len(x.results):
-                raise err(x.line, "CALL names the same result twice")
-            outs = b.add_op(x.name, x.time_ns, args, sizes, aliases, list(x.results), backward, x.line)
-            for result, t in zip(x.results, outs):
-                bound[result] = t
-                refs.append(1)
+            lowering.call(x, sizes, aliases, args)
         elif isinstance(x, Constant):
             mem = ins[i] if i < n else None
             if not isinstance(mem, Memory) or mem.name != x.name:
-                raise err(mem.line if mem is not None else x.line,
-                          f"CONSTANT {x.name!r} (line {x.line}) needs its MEMORY line here")
+                raise TraceError(path, mem.line if mem is not None else x.line,
+                                 f"CONSTANT {x.name!r} (line {x.line}) needs its MEMORY line here")
             i += 1
-            check_new(x.name, x.line)
-            (t,) = b.add_op(CONSTANT_OP, 0, [], [mem.size_bytes], [-1], [x.name], backward, x.line,
-                            constant=True)
-            b.steps.append((PIN, t))
-            bound[x.name] = t
-            refs.append(1)
+            lowering.constant(x, mem.size_bytes)
         elif isinstance(x, Copy):
-            src = lookup(x.src, x.line)
-            check_new(x.dst, x.line)
-            bound[x.dst] = src
-            refs[src] += 1
-            b.steps.append((GET, src))
+            lowering.copy(x)
         elif isinstance(x, Release):
-            t = bound.get(x.name)
-            if t is None or x.name in released:
-                if strict:
-                    raise err(x.line, f"RELEASE of undefined tensor {x.name!r}" if t is None else
-                              f"second RELEASE of {x.name!r} (first on line {released[x.name]})")
-                continue
-            refs[t] -= 1
-            released[x.name] = x.line
-            b.steps.append((RELEASE, t))
+            lowering.release(x)
         elif isinstance(x, Mutate):
-            backward = backward or "backward" in x.name
-            if len(set(x.mutate)) != len(x.mutate):
-                raise err(x.line, "MUTATE names the same argument twice")
-            args = [lookup(a, x.line) for a in x.args]
-            sizes = [int(b.s_size[b.t_storage[args[m]]]) for m in x.mutate]
-            names = [b.t_names[args[m]] + "$" for m in x.mutate]
-            outs = b.add_op(x.name, x.time_ns, args, sizes, [-1] * len(sizes), names, backward, x.line)
-            for m, t in zip(x.mutate, outs):
-                old = bound[x.args[m]]
-                bound[x.args[m]] = t
-                refs.append(1)
-                refs[old] -= 1
-                b.steps.append((RELEASE, old))
+            lowering.mutate(x)
         elif isinstance(x, CopyFrom):
-            old = lookup(x.dst, x.line)
-            src = lookup(x.src, x.line)
-            if old == src:  # `COPY_FROM x <- x`, or a name already holding SRC's tensor: nothing moves
-                continue
-            bound[x.dst] = src
-            refs[old] -= 1
-            refs[src] += 1
-            b.steps.append((RELEASE, old))
-            b.steps.append((GET, src))
+            lowering.copy_from(x)
         elif isinstance(x, Annotate):
-            if x.annotation == BACKWARD:
-                backward = True
+            lowering.annotate(x)
         elif isinstance(x, (Memory, Alias)):
             kind = "MEMORY" if isinstance(x, Memory) else "ALIAS"
-            raise err(x.line, f"{kind} for {x.name!r} does not follow a CALL or CONSTANT that names it")
+            raise TraceError(path, x.line, f"{kind} for {x.name!r} does not follow a CALL or CONSTANT that names it")
         else:  # pragma: no cover - read.parse_line only makes the kinds above
             raise AssertionError(x)
 
+    b = lowering.builder
     if not b.op_cost:
-        raise err(ins[-1].line, "empty trace: no operators")
-    # Outputs still referenced at the end are pinned, in the order their names were first bound.
-    for t in bound.values():
-        if refs[t] > 0:
-            b.steps.append((PIN, t))
+        raise TraceError(path, ins[-1].line, "empty trace: no operators")
+    lowering.pin_outputs()
     program = b.finish(text.source.name, text.sha256)
     # What the arrays no longer show, kept for trace statistics (and in the program cache).
     counts = Counter(map(type, ins))

@@ -1,0 +1,125 @@
+"""How the live runtime makes each operator's outputs again: one recipe per operator of the engine's tables.
+
+Owns the recipes and running them (the live session decides when). Four kinds, after the
+instructions that made the operator:
+- CONSTANT: a tensor made outside the step; its value is the caller's tensor, never remade.
+- CALL: an aten operator's new tensors (its results, in the order the trace names them).
+- MUTATE: the new versions of the tensors an aten operator writes. Writes always go to copies of
+  the written storages' bytes, so the old versions stay as they were (the trace's MUTATE is a
+  copy); a CALL that follows a MUTATE of the same run reads the new versions and writes copies too.
+- REBIND: a tensor moved to a written storage's new version (capture/naming.py): the same window
+  on the new version's bytes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+CONSTANT, CALL, MUTATE, REBIND = "constant", "call", "mutate", "rebind"
+
+Window = tuple  # (shape, stride, storage offset, dtype, device) of a tensor on its storage
+
+
+def window_of(t: torch.Tensor) -> Window:
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device)
+
+
+def on_bytes(window: Window, raw: torch.UntypedStorage) -> torch.Tensor:
+    """The tensor with this window on the given bytes."""
+    shape, stride, offset, dtype, device = window
+    return torch.empty((0,), dtype=dtype, device=device).set_(raw, offset, shape, stride)
+
+
+def data_ptr(t: torch.Tensor) -> int:
+    """The data pointer of a tensor's storage, or 0 for an empty one (it shares nothing)."""
+    s = t.untyped_storage()
+    return s.data_ptr() if s.nbytes() > 0 else 0
+
+
+def cuda_devices(flat) -> list[int]:
+    return sorted({x.device.index or 0 for x in flat if isinstance(x, torch.Tensor) and x.device.type == "cuda"})
+
+
+def rng_state(flat) -> tuple:
+    """The default generators' states (the CPU's, and each CUDA device's the operator touches)."""
+    return torch.get_rng_state(), {d: torch.cuda.get_rng_state(d) for d in cuda_devices(flat)}
+
+
+class Run:
+    """One run of an aten operator: what it was given (`passed`: the values at the tensor leaves,
+    written ones replaced by windows on copies), what it returned, and its elapsed time."""
+
+    __slots__ = ("passed", "out_flat", "out_spec", "results", "elapsed_ns")
+
+    def __init__(self, passed, out_flat, out_spec, elapsed_ns: int) -> None:
+        self.passed = passed
+        self.out_flat = out_flat
+        self.out_spec = out_spec
+        self.elapsed_ns = elapsed_ns
+        # new tensors: none of the values passed (an in-place operator returns its `self`), each once
+        self.results: list[torch.Tensor] = []
+        seen: set[int] = set()
+        for v in out_flat:
+            if isinstance(v, torch.Tensor) and not any(v is p for p in passed) and id(v) not in seen:
+                seen.add(id(v))
+                self.results.append(v)
+
+
+class Recipe:
+    """How operator `op` of the engine's tables is made. args: its argument tensors (engine ids,
+    the trace's order); for CALL and MUTATE the aten call: func, spec, leaves (non-tensor leaves
+    kept, tensor leaves None), tensor_leaf (the leaf of each argument), written (the arguments
+    it writes, by argument index, in the trace's MUTATE order), rng (generator states before
+    its first run, for a random operator). window: a REBIND's; constant: a CONSTANT's tensor."""
+
+    __slots__ = ("kind", "args", "func", "spec", "leaves", "tensor_leaf", "written", "rng", "window", "constant")
+
+    def __init__(self, kind: str, args: list[int], func=None, spec=None, leaves=None, tensor_leaf=(),
+                 written=(), rng=None, window: Window | None = None, constant: torch.Tensor | None = None) -> None:
+        self.kind = kind
+        self.args = args
+        self.func = func
+        self.spec = spec
+        self.leaves = leaves
+        self.tensor_leaf = tensor_leaf
+        self.written = written
+        self.rng = rng
+        self.window = window
+        self.constant = constant
+
+
+def execute(r: Recipe, arg_values: list[torch.Tensor], replay: bool) -> Run:
+    """Run the recipe's aten call on these argument values. Every written argument gets a window
+    on a copy of its storage's bytes (one copy per storage), so nothing the caller holds is written;
+    a replay of a random operator restores the generators' states from before its first run and
+    leaves the caller's as they were."""
+    values = list(r.leaves)
+    for leaf, v in zip(r.tensor_leaf, arg_values):
+        values[leaf] = v
+    copies: dict[int, torch.UntypedStorage] = {}
+    for i in r.written:
+        v = arg_values[i]
+        key = data_ptr(v) or -id(v)
+        if key not in copies:
+            copies[key] = v.untyped_storage().clone()
+        values[r.tensor_leaf[i]] = on_bytes(window_of(v), copies[key])
+    passed = [values[leaf] for leaf in r.tensor_leaf]
+    args, kwargs = tree_unflatten(values, r.spec)
+    if r.rng is None or not replay:
+        start_ns = time.perf_counter_ns()
+        out = r.func(*args, **kwargs)
+        elapsed_ns = time.perf_counter_ns() - start_ns
+    else:
+        cpu, cuda = r.rng
+        with torch.random.fork_rng(devices=list(cuda)):
+            torch.set_rng_state(cpu)
+            for d, st in cuda.items():
+                torch.cuda.set_rng_state(st, d)
+            start_ns = time.perf_counter_ns()
+            out = r.func(*args, **kwargs)
+            elapsed_ns = time.perf_counter_ns() - start_ns
+    flat, spec = tree_flatten(out)
+    return Run(passed, flat, spec, elapsed_ns)
