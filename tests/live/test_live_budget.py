@@ -13,16 +13,10 @@ from dtrlab.live.session import LiveBudgetError, LiveSession  # noqa: E402
 from live_helpers import deterministic_torch, compare_training, resident_by_identity, same_bits  # noqa: E402,F401 (an autouse fixture)
 
 RATIOS = (0.3, 0.45, 0.6, 0.75, 0.9)
-# At the tiny sizes the constants and the in-place copies (the trace's MUTATE) leave little room:
-# the tiny LSTM, ResNet-32 and Transformer cannot meet even 0.9 of their peaks. Larger batches and
-# a longer sequence give the activations the larger share.
-SIZES = {"lstm": dict(seq=16), "resnet32": dict(batch=8), "transformer": dict(batch=8), "unet": dict(batch=4)}
-
-
 def _zoo(name: str):
     def make():
         torch.manual_seed(0)
-        step = ZOO[name].make(**{**ZOO[name].tiny, **SIZES.get(name, {})})
+        step = ZOO[name].make(**ZOO[name].small)  # room to evict: ZooModel.small
         return step.model, step
 
     return make

@@ -52,7 +52,7 @@ def _by_hand(step, capture, ratio: float, policy: str):
     return session, "ok"
 
 
-BIGGER = {"lstm": dict(seq=16), "resnet32": dict(batch=8)}  # room for evictions (test_live_budget.py)
+BIGGER = {name: ZOO[name].roomy for name in ZOO}  # room to evict: ZooModel.small
 
 
 @pytest.mark.parametrize("name, ratio, policy", [("lstm", 0.9, "dtr"), ("resnet32", 0.9, "lru")])
@@ -79,8 +79,8 @@ def test_run_json_figures_are_a_live_session_s(name, ratio, policy, capsys, monk
 def test_run_table_and_steps(capsys, monkeypatch):
     """The text form prints the same figures, one column per step; a fresh session each step, so on
     the logical clock every step makes the same decisions."""
-    step, capture = _prepared("lstm", monkeypatch, seq=16)
-    code, out, _ = _cli(["run", "lstm", *_sizes("lstm", seq=16), "--ratio", "0.9", "--steps", "2"], capsys)
+    step, capture = _prepared("lstm", monkeypatch, **BIGGER["lstm"])
+    code, out, _ = _cli(["run", "lstm", *_sizes("lstm", **BIGGER["lstm"]), "--ratio", "0.9", "--steps", "2"], capsys)
     assert code in (0, None)
     session, _ = _by_hand(step, capture, 0.9, "dtr")
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]

@@ -56,7 +56,7 @@ def test_sweep_refine_and_reproduce_store_the_same_runs(tmp_path):
     assert _stored(tmp_path / "cli.duckdb") == expected
     assert "refinement round 1:" in proc.stderr
 
-    plan = replace(FULL, policies=("dtr",), windows={}, refine_skip=(), refine_rounds=ROUNDS)
+    plan = replace(FULL, policies=("dtr",), windows={}, refine_skip=(), refine_rounds=ROUNDS, live=False)
     reproduce(str(TINY), tmp_path / "report", plan=plan, workers=1, progress=False)
     stored = _stored(tmp_path / "report" / STORE_NAME)
     # The report adds ablation runs (ab-* policies) after the scans; its dtr curve is the sweep's.

@@ -34,6 +34,7 @@ version then has no name left, as in PyTorch, where it is gone.
 from __future__ import annotations
 
 import collections
+import gc
 import threading
 import weakref
 
@@ -78,12 +79,18 @@ class Namer:
 
     # --- the step -----------------------------------------------------------------------
     def start(self) -> None:
+        """The step begins. The cycle collector is off until `stop`: a tensor in a reference cycle
+        would otherwise be released wherever a collection happened to run, differently each time."""
         self._open = True
+        self._gc_was_on = gc.isenabled()
+        gc.disable()
         self.out.append(Annotate(0, START))
 
     def stop(self) -> None:
         self.flush()
         self._open = False
+        if self._gc_was_on:
+            gc.enable()
         for f in self._finalizers.values():
             f.detach()  # the trace is over; tensors living on need no callbacks
         self._finalizers.clear()

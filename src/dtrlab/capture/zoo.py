@@ -7,7 +7,7 @@ Owns the models, their default sizes and the words that describe a model at give
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -231,6 +231,14 @@ class ZooModel:
     batch: int
     tiny: dict  # keyword arguments (batch included) that capture in well under a second
     describe: Callable[..., str]
+    roomy: dict = field(default_factory=dict)  # changes to `tiny` so activations, not constants, fill the peak
+
+    @property
+    def small(self) -> dict:
+        """Tiny sizes with room to evict: at `tiny` the constants and the trace's in-place copies fill
+        most of the peak (the LSTM, ResNet-32 and Transformer cannot meet 0.9 of theirs); these run
+        in about a second under a budget too (the live tests and the report's live section)."""
+        return {**self.tiny, **self.roomy}
 
     def sizes(self, **given) -> dict:
         """Every size keyword of the factory: the defaults, overridden by `given`."""
@@ -266,10 +274,10 @@ def _densenet_words(batch, image, growth, blocks) -> str:
 
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in (
-    ZooModel("resnet32", resnet32, 8, dict(batch=2, image=8, depth=8, width=4), _resnet_words),
-    ZooModel("lstm", lstm, 8, dict(batch=2, input_size=8, hidden=16, seq=4), _lstm_words),
+    ZooModel("resnet32", resnet32, 8, dict(batch=2, image=8, depth=8, width=4), _resnet_words, dict(batch=8)),
+    ZooModel("lstm", lstm, 8, dict(batch=2, input_size=8, hidden=16, seq=4), _lstm_words, dict(seq=16)),
     ZooModel("transformer", transformer, 8, dict(batch=2, seq=8, d_model=16, heads=2, layers=1, vocab=32),
-             _transformer_words),
-    ZooModel("unet", unet, 2, dict(batch=1, image=16, width=4, depth=2), _unet_words),
+             _transformer_words, dict(batch=8)),
+    ZooModel("unet", unet, 2, dict(batch=1, image=16, width=4, depth=2), _unet_words, dict(batch=4)),
     ZooModel("densenet", densenet, 4, dict(batch=2, image=8, growth=4, blocks=(2, 2)), _densenet_words),
 )}

@@ -27,7 +27,6 @@ tensor's own metadata in place (`transpose_`, `resize_`, `set_`) are refused.
 
 from __future__ import annotations
 
-import gc
 import math
 from typing import Callable, Sequence
 
@@ -211,7 +210,6 @@ class LiveSession(TorchDispatchMode):
     def __enter__(self):
         if self._open or self.finished:
             raise UsageError("a LiveSession runs one step: make a new one for the next")
-        gc.collect()  # garbage from before the step must not be released inside it
         self._open = True
         self.namer.start()
         self._sync_source()

@@ -50,6 +50,7 @@ def _context(repro, figures: dict) -> dict:
         "curves": curve_rows(repro), "inversions": inversion_rows(repro), "focus": f,
         "figures": figures, "runs": len(repro.frame), "mech": mechanisms_section(repro),
         "leaderboard": leaderboard_context(repro.leaderboard),
+        "overhead": lambda x: "n/a" if x is None else f"{x:.3f}",
     }
 
 

@@ -124,6 +124,7 @@ class Reproduction:
     new_runs: int = 0  # simulated by this call; the rest were in the store
     peaks: tuple[PeakGap, ...] = ()  # traces that carry a recorder peak (captures): the three peaks
     timelines: object = None  # report.timelines.Timelines: files written next to report.html, switch series
+    live: object = None  # report.live.LiveSection: the zoo run live against the simulator (None: the plan runs none)
     timings: dict = field(default_factory=dict)  # stage -> seconds (run.json, not the report: it varies)
     wall_s: float = 0.0
 
@@ -159,7 +160,8 @@ STAGES = ("reading traces", "coarse curves", "fine scans around every switch and
           "churn and first divergence of the focus", "ablation table (16 ab-* policies)",
           "explaining every inversion's out-of-memory", "churn of every neighbouring fine switch",
           "leaderboard of the policies", "mechanism of every switch and inversion",
-          "timelines of the focus switch and an out-of-memory", "claims of the study",
+          "timelines of the focus switch and an out-of-memory",
+          "live runs: the zoo's steps under budgets in PyTorch (with torch)", "claims of the study",
           "figures, report.html, summary.md, results.parquet")
 
 
@@ -309,9 +311,15 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         from .timelines import write_timelines
 
         written = write_timelines(out, by_name, focus, ooms)
+    live = None
+    with stages.stage("live runs: the zoo's steps under budgets in PyTorch (with torch)"):
+        if plan.live:
+            from .live import live_section
+
+            live = live_section()
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
                          study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs, peaks=peaks,
-                         timelines=written)
+                         timelines=written, live=live)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):

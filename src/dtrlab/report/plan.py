@@ -78,6 +78,9 @@ class Plan:
     # Ranked beside `policies` in the leaderboard (report.leaderboard), over the coarse grid and the
     # windows: the remedies dtrlab ships for the study's pathologies.
     remedies: tuple[str, ...] = REMEDY_POLICIES
+    # Run the zoo's steps live under budgets beside their simulations (report.live), when torch is
+    # installed: about 25 s on the 2-core machine.
+    live: bool = False
 
     @property
     def ranks(self) -> bool:
@@ -119,6 +122,7 @@ FULL = Plan(
     refine_skip=(STUDY_TRACES["lstm"],),  # its window covers what refinement would find, at a known cost
     timeout_s=60.0,
     ablation_half_width="0.003",
+    live=True,
 )
 
 # CI: the smallest traces and the cheaper policies; the study's windows cut to their interesting part.

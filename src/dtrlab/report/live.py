@@ -1,0 +1,82 @@
+"""The report's live section: the zoo's training steps run for real under budgets, against the simulator.
+
+Owns which budgets the report runs live (LIVE_RATIOS, MEASURED_RATIO; the zoo at ZooModel.small) and
+the section's rows. Each zoo model is captured (its plan), then run by the live runtime at each
+ratio of the plan's peak on the logical clock (it must make the simulation's decisions: every
+eviction, every rematerialization, the final clock) and at one ratio on the measured clock (each
+run costs its real time: where the decisions part from the simulation's is the finding). Without
+torch the section says so and runs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LIVE_RATIOS = (0.8, 0.9)  # of each plan's peak, on the logical clock
+MEASURED_RATIO = 0.8
+LIVE_POLICY = "dtr"
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """One live step beside the simulation of its plan at the same budget."""
+
+    model: str
+    clock: str
+    ratio: float
+    budget_bytes: int
+    live_outcome: str
+    sim_outcome: str
+    live_evictions: int
+    sim_evictions: int
+    live_remats: int
+    sim_remats: int
+    live_overhead: float | None
+    sim_overhead: float | None
+    same_decisions: bool
+    wall_ratio: float  # the live step's wall time over a plain step's
+
+
+@dataclass(frozen=True)
+class LiveSection:
+    rows: tuple[LiveRow, ...]
+    torch: str | None  # torch's version, None when it is not installed
+
+    @property
+    def logical_all_same(self) -> bool:
+        return all(r.same_decisions for r in self.rows if r.clock == "logical")
+
+
+def live_section() -> LiveSection:
+    """Every zoo model at its small sizes, captured, then run live at LIVE_RATIOS (logical) and MEASURED_RATIO
+    (measured) with LIVE_POLICY; torch seeded with 0 before each model is made."""
+    try:
+        import torch
+    except ModuleNotFoundError:
+        return LiveSection((), None)
+    from ..capture.recorder import record
+    from ..capture.save import to_text
+    from ..capture.zoo import ZOO
+    from ..live.runs import PLAIN_REPEATS, _timed, live_step, same_decisions, simulate_plan
+    from ..sim.simulate import budget_from_ratio
+    from ..trace.lower import lower
+
+    import statistics
+
+    rows = []
+    for name, model in ZOO.items():
+        torch.manual_seed(0)
+        step = model.make(**model.small)
+        step()
+        plain_s = statistics.median(_timed(step, "cpu") for _ in range(PLAIN_REPEATS))
+        plan = to_text(record(step), name)
+        program = lower(plan)
+        runs = [("logical", r) for r in LIVE_RATIOS] + [("measured", MEASURED_RATIO)]
+        for clock, ratio in runs:
+            budget = budget_from_ratio(program, ratio)
+            live = live_step(step, budget, LIVE_POLICY, clock, 0, "cpu", plan.instructions)
+            sim = simulate_plan(program, budget, LIVE_POLICY, 0)
+            rows.append(LiveRow(name, clock, ratio, budget, live.outcome, sim.outcome, live.evictions,
+                                sim.evictions, live.remats, sim.remats, live.overhead, sim.overhead,
+                                same_decisions(live, sim), live.wall_s / plain_s))
+    return LiveSection(tuple(rows), torch.__version__)
