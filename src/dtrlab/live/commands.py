@@ -119,6 +119,8 @@ def _print_table(head: dict, report) -> None:
     ]
     if any(r.cuda_peak_bytes is not None for r in live):
         rows.append(("CUDA max allocated", [_bytes(r.cuda_peak_bytes) for r in live], sim and ""))
+    if any(r.early_bytes for r in live):
+        rows.append(("new bytes before room was made", [_bytes(r.early_bytes) for r in live], sim and ""))
     if any(r.unplanned_remats for r in live):
         rows.append(("replays outside the plan", [_count(r.unplanned_remats) for r in live], sim and ""))
     for label, cells, sim_cell in rows:

@@ -58,13 +58,16 @@ class Figures:
 class LiveRun(Figures):
     """One step under a LiveSession. error: the LiveBudgetError's line of an oom (the figures are
     those of the step until then); wall_s: the step's wall time, pinning its outputs included;
-    unplanned_remats: replays the plan does not have (values read outside an operator); cuda_*:
-    the CUDA allocator's own figures (None on CPU)."""
+    unplanned_remats: replays the plan does not have (values read outside an operator);
+    early_bytes: the most bytes of new tensors that existed before room was made for them (the
+    session's `early_bytes`: what the process may hold above the budget); cuda_*: the CUDA
+    allocator's own figures (None on CPU)."""
 
     step: int = 1
     error: str | None = None
     wall_s: float = 0.0
     unplanned_remats: int = 0
+    early_bytes: int = 0
     cuda_peak_bytes: int | None = None
     cuda_outside_bytes: int | None = None
 
@@ -100,7 +103,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _timed(step: Callable[[], object], device: str) -> float:
+def wall_seconds(step: Callable[[], object], device: str) -> float:
     _sync(device)
     start = time.perf_counter()
     step()
@@ -146,7 +149,8 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
                    session.eager_evictions, session.replays, session.clock_ns, session.remat_ns,
                    overhead_of(session.clock_ns, session.remat_ns) if error is None else None,
                    tuple(session.evicted), step=number, error=error, wall_s=wall_s,
-                   unplanned_remats=session.unplanned_remats, cuda_peak_bytes=cuda_peak,
+                   unplanned_remats=session.unplanned_remats, early_bytes=session.early_bytes,
+                   cuda_peak_bytes=cuda_peak,
                    cuda_outside_bytes=outside)
 
 
@@ -175,8 +179,8 @@ def run_live(step: Callable[[], object], label: str, *, ratio: float | None, bud
     from ..sim.simulate import baseline, budget_of
     from ..trace.lower import lower
 
-    _timed(step, device)  # warm-up: first runs pay for lazy initialization
-    plain_wall_s = statistics.median(_timed(step, device) for _ in range(PLAIN_REPEATS))
+    wall_seconds(step, device)  # warm-up: first runs pay for lazy initialization
+    plain_wall_s = statistics.median(wall_seconds(step, device) for _ in range(PLAIN_REPEATS))
     if plan is None:
         plan = to_text(record(step, sync=torch.cuda.synchronize if device == "cuda" else None), label)
     program = lower(plan)

@@ -155,6 +155,10 @@ class LiveSession(TorchDispatchMode):
         self.replays = 0
         self.unplanned_remats = 0  # replays for operators the trace does not have (reading a value)
         self.evicted: list[int] = []  # storages the policy evicted, in order
+        # The most bytes of an operator's new tensors that existed before the engine made room for
+        # them: unplanned, every operator's; planned, only the results of an operator that also
+        # writes (the trace's CALL after its MUTATE makes room once the operator has run).
+        self.early_bytes = 0
 
     # --- figures (the engine's) -------------------------------------------------------------
     @property
@@ -360,6 +364,8 @@ class LiveSession(TorchDispatchMode):
             if d.run is None:  # planned: the operator runs now, with room made and its arguments locked
                 self._run_first(d, r)
                 measured = d.run.elapsed_ns
+                if r.kind == MUTATE:
+                    self._early(d.run.results)
             run = d.run  # else it ran already: its instructions carry the time (the first of them)
         for t in tensors:
             k = t - start
@@ -473,6 +479,7 @@ class LiveSession(TorchDispatchMode):
             if self.plan is not None:
                 self.unplanned_remats += 1
         self._run_first(d, None)  # planned, an operator with results or writes is a mismatch here
+        self._early([*d.run.results, *(d.run.passed[i] for i in d.mutated)])
         if self.plan is not None:
             if not quiet:
                 self._guarded(lambda: e.finish(args, None))
@@ -482,6 +489,9 @@ class LiveSession(TorchDispatchMode):
         self._feed(self.namer.out, len(self.namer.out))
         made = len(self.recipes) > first_op and any(isinstance(x, (Call, Mutate)) for x in self.namer.out[n_before:])
         self._guarded(lambda: e.finish(args, self._first_aten_op(first_op) if made else None))
+
+    def _early(self, tensors) -> None:
+        self.early_bytes = max(self.early_bytes, sum(t.untyped_storage().nbytes() for t in tensors))
 
     def _first_aten_op(self, first_op: int) -> int:
         return next(o for o in range(first_op, len(self.recipes)) if self.recipes[o].kind in (CALL, MUTATE))

@@ -10,6 +10,7 @@ torch the section says so and runs nothing.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 LIVE_RATIOS = (0.8, 0.9)  # of each plan's peak, on the logical clock
@@ -57,18 +58,16 @@ def live_section() -> LiveSection:
     from ..capture.recorder import record
     from ..capture.save import to_text
     from ..capture.zoo import ZOO
-    from ..live.runs import PLAIN_REPEATS, _timed, live_step, same_decisions, simulate_plan
+    from ..live.runs import PLAIN_REPEATS, live_step, same_decisions, simulate_plan, wall_seconds
     from ..sim.simulate import budget_from_ratio
     from ..trace.lower import lower
-
-    import statistics
 
     rows = []
     for name, model in ZOO.items():
         torch.manual_seed(0)
         step = model.make(**model.small)
         step()
-        plain_s = statistics.median(_timed(step, "cpu") for _ in range(PLAIN_REPEATS))
+        plain_s = statistics.median(wall_seconds(step, "cpu") for _ in range(PLAIN_REPEATS))
         plan = to_text(record(step), name)
         program = lower(plan)
         runs = [("logical", r) for r in LIVE_RATIOS] + [("measured", MEASURED_RATIO)]
