@@ -35,6 +35,7 @@ def test_live_rows_are_the_live_runtime_beside_simulate(monkeypatch):
     html, md = _render(section)
     assert html.count("<tr><td>unet</td>") == len(section.rows) and "It made them in every logical row" in html
     assert md.count("| unet | logical |") == len(LIVE_RATIOS) and "| unet | measured |" in md
+    assert "its own clock" in md
 
 
 def test_without_torch_or_a_plan_the_section_says_so():
@@ -42,6 +43,6 @@ def test_without_torch_or_a_plan_the_section_says_so():
     assert "torch is not installed" in html and "torch is not installed" in md
     html, md = _render(None)
     assert "This plan runs no live steps" in html and "This plan runs no live steps" in md
-    row = LiveRow("lstm", "logical", 0.8, 1000, "ok", "ok", 1, 2, 1, 1, 1.5, 1.5, False, 3.0)
+    row = LiveRow("lstm", "logical", 0.8, 1000, "ok", "ok", 1, 2, 1, 1, 1.5, 1.5, False, False, 3.0)
     html, _ = _render(LiveSection((row,), "2.x"))
     assert "Some logical rows differ" in html

@@ -13,8 +13,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-LIVE_RATIOS = (0.8, 0.9)  # of each plan's peak, on the logical clock
-MEASURED_RATIO = 0.8
+# Of each plan's peak. Lower, the small LSTM thrashes (14,733 evictions at 0.8, 25x: tens of
+# seconds live), which the report's running time cannot afford; docs/live.md has those windows.
+LIVE_RATIOS = (0.9, 0.95)  # on the logical clock
+MEASURED_RATIO = 0.9
 LIVE_POLICY = "dtr"
 
 
@@ -34,7 +36,8 @@ class LiveRow:
     sim_remats: int
     live_overhead: float | None
     sim_overhead: float | None
-    same_decisions: bool
+    same_decisions: bool  # live.runs.same_decisions: the final clock included
+    same_evictions: bool  # the same storages evicted in the same order (what a measured run can share)
     wall_ratio: float  # the live step's wall time over a plain step's
 
 
@@ -77,5 +80,5 @@ def live_section() -> LiveSection:
             sim = simulate_plan(program, budget, LIVE_POLICY, 0)
             rows.append(LiveRow(name, clock, ratio, budget, live.outcome, sim.outcome, live.evictions,
                                 sim.evictions, live.remats, sim.remats, live.overhead, sim.overhead,
-                                same_decisions(live, sim), live.wall_s / plain_s))
+                                same_decisions(live, sim), live.evicted == sim.evicted, live.wall_s / plain_s))
     return LiveSection(tuple(rows), torch.__version__)

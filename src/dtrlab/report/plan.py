@@ -79,7 +79,7 @@ class Plan:
     # windows: the remedies dtrlab ships for the study's pathologies.
     remedies: tuple[str, ...] = REMEDY_POLICIES
     # Run the zoo's steps live under budgets beside their simulations (report.live), when torch is
-    # installed: about 25 s on the 2-core machine.
+    # installed: about 10 s on the 2-core machine.
     live: bool = False
 
     @property
