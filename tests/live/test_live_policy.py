@@ -173,21 +173,21 @@ def test_unplanned_the_decisions_can_differ_from_the_simulation_and_why():
     """Without a plan the engine learns an operator's outputs only once it has run, so it makes its
     arguments resident (rematerializing) before the operator is in its graph, where a simulation
     has it there already (its outputs count in e*); with the step's own instructions as the plan,
-    the same run makes exactly the simulation's decisions. The pinned case: the Transformer at 0.5,
-    which runs out of memory either way, after 18 evictions unplanned and 24 simulated."""
+    the same run makes exactly the simulation's decisions. The pinned case: ResNet-32 at 0.5, which
+    runs out of memory either way, after 149 evictions unplanned and 147 simulated."""
     from dtrlab.capture.recorder import Capture
 
     torch.manual_seed(0)
-    step = ZOO["transformer"].make(**ZOO["transformer"].small)
+    step = ZOO["resnet32"].make(**ZOO["resnet32"].small)
     step()
     own, _ = _run(step)
     stream = tuple(own.namer.out)
-    program = to_program(Capture(stream, 0, 0, 0, 0, 0), "transformer")
+    program = to_program(Capture(stream, 0, 0, 0, 0, 0), "resnet32")
     budget = int(baseline(program).peak_bytes * 0.5)
     sim = simulate_plan(program, budget, "dtr", 0)
     unplanned = live_step(step, budget, "dtr", "logical", 0, "cpu", None)
     planned = live_step(step, budget, "dtr", "logical", 0, "cpu", stream)
     assert unplanned.outcome == sim.outcome == "oom"
-    assert (len(unplanned.evicted), len(sim.evicted)) == (18, 24)
+    assert (len(unplanned.evicted), len(sim.evicted)) == (149, 147)
     assert unplanned.evicted[:5] == sim.evicted[:5] and not same_decisions(unplanned, sim)
     assert same_decisions(planned, sim)

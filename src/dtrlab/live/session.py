@@ -485,16 +485,12 @@ class LiveSession(TorchDispatchMode):
                 self._guarded(lambda: e.finish(args, None))
             return
         first_op = len(self.recipes)
-        n_before = len(self.namer.out)
         self._feed(self.namer.out, len(self.namer.out))
-        made = len(self.recipes) > first_op and any(isinstance(x, (Call, Mutate)) for x in self.namer.out[n_before:])
-        self._guarded(lambda: e.finish(args, self._first_aten_op(first_op) if made else None))
+        op = next((o for o in range(first_op, len(self.recipes)) if self.recipes[o].kind in (CALL, MUTATE)), None)
+        self._guarded(lambda: e.finish(args, op))
 
     def _early(self, tensors) -> None:
         self.early_bytes = max(self.early_bytes, sum(t.untyped_storage().nbytes() for t in tensors))
-
-    def _first_aten_op(self, first_op: int) -> int:
-        return next(o for o in range(first_op, len(self.recipes)) if self.recipes[o].kind in (CALL, MUTATE))
 
     def _run_first(self, d: _Dispatch, r: Recipe | None) -> None:
         """The operator's one first run, on its arguments' values; the namer writes its instructions

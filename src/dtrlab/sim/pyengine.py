@@ -617,10 +617,11 @@ class Engine:
         return OK
 
     # --- a followed source -----------------------------------------------------------------
-    def step(self) -> None:
-        """Take the schedule's steps added since the last call. Raises OutOfMemory."""
+    def step(self, until: tuple[int, int] | None = None) -> None:
+        """Take the schedule's steps added since the last call, or those before `until` (a step,
+        left next). Raises OutOfMemory."""
         steps = self._steps
-        while self.steps_done < len(steps):
+        while self.steps_done < len(steps) and steps[self.steps_done] != until:
             self._grow()
             kind, x = steps[self.steps_done]
             self.steps_done += 1
@@ -646,12 +647,7 @@ class Engine:
         one that made nothing and wrote nothing), is created, room is made for its outputs, it is
         computed; then the arguments are unlocked and the rest of the schedule taken."""
         if op is not None:
-            steps = self._steps
-            while steps[self.steps_done] != (COMPUTE, op):  # releases queued while it ran come first
-                self._grow()
-                kind, x = steps[self.steps_done]
-                self.steps_done += 1
-                self._step(kind, x)
+            self.step(until=(COMPUTE, op))  # releases queued while it ran come first
             self._grow()
             self.steps_done += 1
             outs = self._create(op)
