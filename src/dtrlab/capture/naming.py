@@ -15,10 +15,10 @@ MEMORY/ALIAS group) and updates the byte count there, before any new storage is 
 
 Who says when a name dies: the namer itself (its finalizers), or, for the live runtime following a
 plan, the plan (`own_releases=False`): the plan's RELEASEs are then told with `release`, and a name
-whose tensor died sooner stays until the plan releases it. (A tensor subclass's view keeps the
-tensor it was taken of alive while it lives, PyTorch's view-replay function holding it, where a
-plain view holds only the root; so a live step's own releases of such views come later than a
-plain capture's.)
+whose tensor died sooner stays until the plan releases it. A tensor subclass's view keeps the
+tensor it was taken of alive while it lives, where a plain view holds only the root (measured;
+most likely the view-replay function PyTorch keeps for a subclass's views holds it). So a live
+step's own releases of such views come later than a plain capture's.
 
 Storages are told apart by a key (the recorder's: the data pointer; the live runtime's: its own).
 Bytes are counted on keys: a storage is live while some named tensor on it is, and counts its
