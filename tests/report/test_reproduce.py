@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -298,6 +299,11 @@ def test_a_plan_does_not_choose_traces_by_file_name(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     full = pd.read_parquet(tmp_path / "out-full" / "results.parquet")
     assert set(full["policy"]) >= set(FULL.policies)
+    # The full plan runs the zoo live too (report.live); with torch, its logical rows are the simulation's.
+    summary = (tmp_path / "out-full" / "summary.md").read_text()
+    assert "## Live runs: the zoo's training steps under budgets in PyTorch" in summary
+    if importlib.util.find_spec("torch") is not None:
+        assert "It made them in every logical row." in summary and "| resnet32 | logical | 0.9 |" in summary
 
 
 def test_quick_plan_takes_the_smallest_traces_and_always_one(tmp_path):
