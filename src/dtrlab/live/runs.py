@@ -111,6 +111,11 @@ def wall_seconds(step: Callable[[], object], device: str) -> float:
     return time.perf_counter() - start
 
 
+def plain_seconds(step: Callable[[], object], device: str) -> float:
+    """A plain step's wall time: the median of PLAIN_REPEATS (after the caller's warm-up)."""
+    return statistics.median(wall_seconds(step, device) for _ in range(PLAIN_REPEATS))
+
+
 def _drop_grads(step) -> None:
     """Free the last step's gradients before a measured step (a zoo step exposes its model), so the
     allocator's figures start from the step's constants."""
@@ -180,7 +185,7 @@ def run_live(step: Callable[[], object], label: str, *, ratio: float | None, bud
     from ..trace.lower import lower
 
     wall_seconds(step, device)  # warm-up: first runs pay for lazy initialization
-    plain_wall_s = statistics.median(wall_seconds(step, device) for _ in range(PLAIN_REPEATS))
+    plain_wall_s = plain_seconds(step, device)
     if plan is None:
         plan = to_text(record(step, sync=torch.cuda.synchronize if device == "cuda" else None), label)
     program = lower(plan)

@@ -116,6 +116,10 @@ class _Dispatch:
         self.run: Run | None = None
         self.wrappers: list[LiveTensor] = []
 
+    def recipe(self, kind: str, args: list[int]) -> Recipe:
+        """This operator's recipe for an engine operator of `kind` with these argument tensors."""
+        return Recipe(kind, args, self.func, self.spec, self.leaves, self.tensor_leaf, self.mutated, self.rng)
+
 
 class LiveSession(TorchDispatchMode):
     """Run one step inside `with session:`; its results are LiveTensors, `value(t)` reads one.
@@ -339,7 +343,7 @@ class LiveSession(TorchDispatchMode):
         if d is None:
             raise PlanMismatch(f"the plan has an operator here ({self.lowering.builder.op_names[-1]}) "
                                f"that the step does not run")
-        return Recipe(kind, self._args_of_last(), d.func, d.spec, d.leaves, d.tensor_leaf, d.mutated, d.rng)
+        return d.recipe(kind, self._args_of_last())
 
     # --- the executor (the engine calls these) ------------------------------------------------
     def compute(self, op: int, tensors: list[int], remat: bool) -> int:
@@ -495,8 +499,7 @@ class LiveSession(TorchDispatchMode):
     def _run_first(self, d: _Dispatch, r: Recipe | None) -> None:
         """The operator's one first run, on its arguments' values; the namer writes its instructions
         (checked against the plan when there is one)."""
-        recipe = r or Recipe(CALL, [self.lowering.bound[n] for n in d.arg_names], d.func, d.spec, d.leaves,
-                             d.tensor_leaf, d.mutated, d.rng)
+        recipe = r or d.recipe(CALL, [self.lowering.bound[n] for n in d.arg_names])
         values = [self.values[a] for a in recipe.args]
         d.run = run = execute(recipe, values, replay=False)
         d.wrappers = [LiveTensor(self, v) for v in run.results]

@@ -10,7 +10,6 @@ torch the section says so and runs nothing.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 # Of each plan's peak. Lower, the small LSTM thrashes (14,733 evictions at 0.8, 25x: tens of
@@ -61,7 +60,7 @@ def live_section() -> LiveSection:
     from ..capture.recorder import record
     from ..capture.save import to_text
     from ..capture.zoo import ZOO
-    from ..live.runs import PLAIN_REPEATS, live_step, same_decisions, simulate_plan, wall_seconds
+    from ..live.runs import live_step, plain_seconds, same_decisions, simulate_plan
     from ..sim.simulate import budget_from_ratio
     from ..trace.lower import lower
 
@@ -70,7 +69,7 @@ def live_section() -> LiveSection:
         torch.manual_seed(0)
         step = model.make(**model.small)
         step()
-        plain_s = statistics.median(wall_seconds(step, "cpu") for _ in range(PLAIN_REPEATS))
+        plain_s = plain_seconds(step, "cpu")
         plan = to_text(record(step), name)
         program = lower(plan)
         runs = [("logical", r) for r in LIVE_RATIOS] + [("measured", MEASURED_RATIO)]

@@ -619,10 +619,11 @@ class Engine:
     # --- a followed source -----------------------------------------------------------------
     def step(self, until: tuple[int, int] | None = None) -> None:
         """Take the schedule's steps added since the last call, or those before `until` (a step,
-        left next). Raises OutOfMemory."""
+        left next). The tables grow only between calls (the source lowers while the engine waits).
+        Raises OutOfMemory."""
+        self._grow()
         steps = self._steps
         while self.steps_done < len(steps) and steps[self.steps_done] != until:
-            self._grow()
             kind, x = steps[self.steps_done]
             self.steps_done += 1
             self._step(kind, x)
@@ -648,7 +649,6 @@ class Engine:
         computed; then the arguments are unlocked and the rest of the schedule taken."""
         if op is not None:
             self.step(until=(COMPUTE, op))  # releases queued while it ran come first
-            self._grow()
             self.steps_done += 1
             outs = self._create(op)
             need = self.op_size[op]
