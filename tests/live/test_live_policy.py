@@ -11,7 +11,8 @@ from dtrlab.capture.recorder import record  # noqa: E402
 from dtrlab.capture.save import to_program  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
 from dtrlab.live.runs import simulate_plan, same_decisions, live_step  # noqa: E402
-from dtrlab.live.session import LiveSession, PlanMismatch  # noqa: E402
+from dtrlab.live import recipes  # noqa: E402
+from dtrlab.live.session import LiveBudgetError, LiveSession, PlanMismatch, make_plan  # noqa: E402
 from dtrlab.sim import formula as fm  # noqa: E402
 from dtrlab.sim.policies import get_policy  # noqa: E402
 from dtrlab.sim.simulate import baseline, simulate  # noqa: E402
@@ -145,22 +146,25 @@ def test_the_measured_clock_counts_real_time():
 RATIOS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
+@pytest.mark.parametrize("engine", ["c", "python"])
 @pytest.mark.parametrize("policy", ["dtr", "lru"])
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_decision_parity_with_simulate_on_the_plan(name, policy):
+def test_decision_parity_with_simulate_on_the_plan(name, policy, engine):
     """Logical clock, costs from the trace captured of the same step: at each ratio of the trace's
     peak, the live run's outcome, its sequence of evicted storages (one by one), its count of
     rematerializations and its final clock are `simulate`'s on that trace (eager-optimized), and its
-    gradients are plain PyTorch's. Unbounded, the clock is the trace's compute + 1."""
+    gradients are plain PyTorch's. Unbounded, the clock is the trace's compute + 1. On both engines:
+    the compiled one following the plan's program, and the Python one following its lowering."""
     step, capture = _captured(name)
-    program = to_program(capture, name)
+    plan = make_plan(capture.instructions)
+    program = plan.program
     peak = baseline(program).peak_bytes
-    unbounded = live_step(step, 2**62, policy, "logical", 0, "cpu", capture.instructions)
+    unbounded = live_step(step, 2**62, policy, "logical", 0, "cpu", plan, engine=engine)
     assert unbounded.clock_ns == program.compute_ns + 1 and unbounded.evictions == 0
     outcomes = []
     for ratio in RATIOS:
         budget = int(peak * ratio)
-        live = live_step(step, budget, policy, "logical", 0, "cpu", capture.instructions)
+        live = live_step(step, budget, policy, "logical", 0, "cpu", plan, engine=engine)
         sim = simulate_plan(program, budget, policy, 0)
         assert same_decisions(live, sim), (ratio, live.to_dict(), sim.to_dict())
         assert live.peak_bytes == sim.peak_bytes
@@ -191,3 +195,68 @@ def test_unplanned_the_decisions_can_differ_from_the_simulation_and_why():
     assert (len(unplanned.evicted), len(sim.evicted)) == (149, 147)
     assert unplanned.evicted[:5] == sim.evicted[:5] and not same_decisions(unplanned, sim)
     assert same_decisions(planned, sim)
+
+
+def _fake_elapsed_clock():
+    """A clock whose k-th run takes a fixed, varied time: runs then cost the same on every engine
+    that makes the same runs in the same order, and not what the plan says."""
+    now, calls = [0], [0]
+
+    def clock_ns() -> int:
+        calls[0] += 1
+        now[0] += (calls[0] * 7919 % 997 + 1) * 1000
+        return now[0]
+
+    return clock_ns
+
+
+@pytest.mark.parametrize("name", ["resnet32", "unet"])
+def test_both_engines_decide_alike_on_a_measured_clock(name, monkeypatch):
+    """Measured, a first run's cost replaces the plan's in the engine (each storage's compute
+    follows): with run times a fixed function of the run's number, the compiled follower and the
+    Python engine make the same evictions, replays, clock and peak, under budgets that bite, and
+    that clock is not the logical one."""
+    step, capture = _captured(name)
+    plan = make_plan(capture.instructions)
+    peak = baseline(plan.program).peak_bytes
+    bites = 0
+    for ratio in (0.6, 0.8):
+        figures = {}
+        for engine in ("c", "python"):
+            monkeypatch.setattr(recipes, "elapsed_clock_ns", _fake_elapsed_clock())
+            s = LiveSession(int(peak * ratio), clock="measured", plan=plan, engine=engine)
+            try:
+                with s:
+                    step()
+            except LiveBudgetError:
+                pass
+            assert s.engine_name == engine
+            figures[engine] = (tuple(s.evicted), s.replays, s.clock_ns, s.peak_bytes)
+        assert figures["c"] == figures["python"], ratio
+        logical = live_step(step, int(peak * ratio), "dtr", "logical", 0, "cpu", plan)
+        assert figures["c"][2] != logical.clock_ns
+        bites += len(figures["c"][0])
+    assert bites > 0
+
+
+def test_an_error_of_the_executor_ends_a_compiled_run(monkeypatch):
+    """An exception raised while the compiled engine waits on the session (here, an operator's
+    replay) reaches the caller of the step unchanged, and the engine then refuses to go on."""
+    from dtrlab.live import session as live_session
+
+    step, capture = _captured("resnet32")
+    plan = make_plan(capture.instructions)
+    real = live_session.execute
+
+    def failing(recipe, values, replay):
+        if replay:
+            raise ArithmeticError("a replay failed")
+        return real(recipe, values, replay)
+
+    monkeypatch.setattr(live_session, "execute", failing)
+    s = LiveSession(int(baseline(plan.program).peak_bytes * 0.6), plan=plan, engine="c")
+    with pytest.raises(ArithmeticError, match="a replay failed"):
+        with s:
+            step()
+    with pytest.raises(RuntimeError, match="the run is over"):
+        s.engine.step()

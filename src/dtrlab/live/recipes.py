@@ -20,6 +20,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 CONSTANT, CALL, MUTATE, REBIND = "constant", "call", "mutate", "rebind"
 
+elapsed_clock_ns = time.perf_counter_ns  # what an operator's run is timed with (the measured clock)
+
 Window = tuple  # (shape, stride, storage offset, dtype, device) of a tensor on its storage
 
 
@@ -109,17 +111,17 @@ def execute(r: Recipe, arg_values: list[torch.Tensor], replay: bool) -> Run:
     passed = [values[leaf] for leaf in r.tensor_leaf]
     args, kwargs = tree_unflatten(values, r.spec)
     if r.rng is None or not replay:
-        start_ns = time.perf_counter_ns()
+        start_ns = elapsed_clock_ns()
         out = r.func(*args, **kwargs)
-        elapsed_ns = time.perf_counter_ns() - start_ns
+        elapsed_ns = elapsed_clock_ns() - start_ns
     else:
         cpu, cuda = r.rng
         with torch.random.fork_rng(devices=list(cuda)):
             torch.set_rng_state(cpu)
             for d, st in cuda.items():
                 torch.cuda.set_rng_state(st, d)
-            start_ns = time.perf_counter_ns()
+            start_ns = elapsed_clock_ns()
             out = r.func(*args, **kwargs)
-            elapsed_ns = time.perf_counter_ns() - start_ns
+            elapsed_ns = elapsed_clock_ns() - start_ns
     flat, spec = tree_flatten(out)
     return Run(passed, flat, spec, elapsed_ns)

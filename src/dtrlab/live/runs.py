@@ -18,7 +18,7 @@ import torch
 from ..defaults import DEFAULT_RUNTIME
 from ..sim.result import OK, OOM
 from ..trace.read import Instruction, TraceText
-from .session import LiveBudgetError, LiveSession
+from .session import LiveBudgetError, LiveSession, Plan, make_plan
 
 PLAIN_REPEATS = 3  # the plain step's wall time is the median of this many, after a warm-up
 
@@ -126,7 +126,8 @@ def _drop_grads(step) -> None:
 
 
 def live_step(step: Callable[[], object], budget_bytes: float, policy: str, clock: str, seed: int,
-              device: str, plan: Sequence[Instruction] | None, number: int = 1) -> LiveRun:
+              device: str, plan: Plan | Sequence[Instruction] | None, number: int = 1,
+              engine: str = "auto") -> LiveRun:
     """One step under a fresh LiveSession (a session covers one step)."""
     _drop_grads(step)
     outside = None
@@ -134,7 +135,8 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         outside = torch.cuda.memory_allocated()
-    session = LiveSession(budget_bytes=budget_bytes, policy=policy, clock=clock, plan=plan, seed=seed)
+    session = LiveSession(budget_bytes=budget_bytes, policy=policy, clock=clock, plan=plan, seed=seed,
+                          engine=engine)
     error = None
     start = time.perf_counter()
     try:
@@ -182,15 +184,14 @@ def run_live(step: Callable[[], object], label: str, *, ratio: float | None, bud
     from ..capture.recorder import record
     from ..capture.save import to_text
     from ..sim.simulate import baseline, budget_of
-    from ..trace.lower import lower
 
     wall_seconds(step, device)  # warm-up: first runs pay for lazy initialization
     plain_wall_s = plain_seconds(step, device)
     if plan is None:
         plan = to_text(record(step, sync=torch.cuda.synchronize if device == "cuda" else None), label)
-    program = lower(plan)
+    followed = make_plan(plan)
+    program = followed.program
     budget = budget_of(program, ratio, budget_bytes)
-    runs = tuple(live_step(step, budget, policy, clock, seed, device, plan.instructions, k + 1)
-                 for k in range(steps))
+    runs = tuple(live_step(step, budget, policy, clock, seed, device, followed, k + 1) for k in range(steps))
     sim = simulate_plan(program, budget, policy, seed) if compare_sim else None
     return RunReport(plain_wall_s, baseline(program).peak_bytes, budget, runs, sim)

@@ -28,6 +28,7 @@ tensor's own metadata in place (`transpose_`, `resize_`, `set_`) are refused.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -38,11 +39,13 @@ from ..capture.naming import REBIND_OP, Namer
 from ..capture.schema import written_tensors
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, LIVE_CLOCKS
 from ..errors import DtrlabError, UsageError
+from ..sim import cengine
 from ..sim.policies import Policy, get_policy
 from ..sim.pyengine import Engine, OutOfMemory
 from ..sim.runtimes import get_runtime
-from ..trace.read import Annotate, Call, Constant, Instruction, Mutate, Release
-from ..trace.lower import Lowering
+from ..sim.simulate import ENGINES
+from ..trace.read import Annotate, Call, Constant, Instruction, Mutate, Release, TraceSource, TraceText
+from ..trace.lower import Lowering, Program, lower
 from .recipes import CALL, CONSTANT, MUTATE, REBIND, Recipe, Run, data_ptr, execute, on_bytes, rng_state, window_of
 
 LOGICAL, MEASURED = LIVE_CLOCKS
@@ -70,6 +73,25 @@ def _same(a: Instruction, b: Instruction) -> bool:
     if isinstance(a, (Call, Mutate)) and isinstance(b, type(a)):
         return a._replace(time_ns=0, line=0) == b._replace(time_ns=0, line=0)
     return type(a) is type(b) and a._replace(line=0) == b._replace(line=0)
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What a planned session follows: the instructions of a capture of the same step, and their
+    program (lowered once: the compiled engine walks the whole program). `make_plan` makes one."""
+
+    instructions: tuple[Instruction, ...]
+    program: Program
+
+
+def make_plan(plan: "Plan | TraceText | Sequence[Instruction]") -> Plan:
+    """A Plan of a capture's instructions or a trace read from a file (a Plan is itself)."""
+    if isinstance(plan, Plan):
+        return plan
+    if not isinstance(plan, TraceText):
+        source = TraceSource("plan", "plan", "<plan>", True, lambda: b"")
+        plan = TraceText(source, "", tuple(plan), 0)
+    return Plan(tuple(plan.instructions), lower(plan))
 
 
 class LiveTensor(torch.Tensor):
@@ -126,26 +148,41 @@ class LiveSession(TorchDispatchMode):
 
     policy: any policy the simulator takes (sim.policies.get_policy); clock: "logical" (an
     operator costs what its plan says, or 1 without a plan) or "measured" (each run its elapsed
-    time); plan: the instructions of a capture of the same step (capture.recorder.record), or
-    None; seed: the random policy's. after_op: called after every operator (tests force
+    time); plan: a Plan, or the instructions of a capture of the same step (capture.recorder.record),
+    or None; seed: the random policy's; engine: as `dtrlab simulate`'s (sim.simulate.ENGINES):
+    "auto" is the compiled engine when it runs the plan and policy, else the Python engine (the
+    compiled engine walks a whole program, so it follows a plan, never an unplanned step). after_op: called after every operator (tests force
     evictions with it). At the end of the `with`, the tensors still alive are pinned (as the trace
     format pins the outputs referenced at the end) and the constants written get their new bytes."""
 
     def __init__(self, budget_bytes: float = math.inf, policy: str | Policy = DEFAULT_POLICY,
                  clock: str = LOGICAL, plan: Sequence[Instruction] | None = None,
-                 after_op: Callable[["LiveSession"], None] | None = None, seed: int = 0) -> None:
+                 after_op: Callable[["LiveSession"], None] | None = None, seed: int = 0,
+                 engine: str = "auto") -> None:
         super().__init__()
         if clock not in LIVE_CLOCKS:
             raise UsageError(f"unknown clock {clock!r} (known: {', '.join(LIVE_CLOCKS)})")
+        if engine not in ENGINES:
+            raise UsageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
         self.budget_bytes = budget_bytes
         self.policy = get_policy(policy)
         self.clock = clock
-        self.plan = list(plan) if plan is not None else None
+        planned = make_plan(plan) if plan is not None else None
+        self.plan = planned.instructions if planned is not None else None
         self._after_op = after_op
         self.namer = Namer(own_releases=plan is None)
         self.lowering = Lowering("<live step>")
-        self.engine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy,
-                                    get_runtime(DEFAULT_RUNTIME), seed)
+        runtime = get_runtime(DEFAULT_RUNTIME)
+        compiled = planned is not None and cengine.supports(self.policy, runtime, planned.program)
+        if engine == "c" and not compiled:
+            raise UsageError("the compiled engine follows only a plan, with a policy it runs (not built, "
+                             "no plan, or a policy written as a Python function)")
+        if compiled and engine != "python":
+            self.engine = cengine.Follower(planned.program, self.lowering.builder.steps, self, budget_bytes,
+                                           self.policy, runtime, seed, fixed_costs=clock == LOGICAL)
+        else:
+            self.engine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy, runtime, seed)
+        self.engine_name = "c" if isinstance(self.engine, cengine.Follower) else "python"
         self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
         self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
         self.recipes: list[Recipe] = []  # per engine operator
@@ -382,8 +419,10 @@ class LiveSession(TorchDispatchMode):
         """The engine evicted `storage`: its tensors' values go."""
         if by_policy:
             self.evicted.append(storage)
-        for t in self.engine.s_tensors[storage]:
-            self.values[t] = None
+        values = self.values
+        for t in self.engine.storage_tensors(storage):
+            if t < len(values):
+                values[t] = None
 
     def _set(self, t: int, v: torch.Tensor) -> None:
         self.values[t] = v
@@ -391,15 +430,14 @@ class LiveSession(TorchDispatchMode):
             self.windows[t] = window_of(v)
 
     def _why_stuck(self, need_bytes: int) -> str:
-        e = self.engine
-        material = [s for s in range(len(e.material)) if e.material[s]]
-        pinned = [s for s in material if e.pinned[s]]
-        locked = [s for s in material if e.ref_int[s] > 0 and not e.pinned[s]]
-        return (f"the budget of {self.budget_bytes:.0f} bytes cannot be met: {e.memory} bytes resident "
-                f"and {need_bytes} more needed; "
-                f"pinned: {sum(e.s_size[s] for s in pinned)} bytes in {len(pinned)} constants; "
-                f"locked by the operator in flight: {sum(e.s_size[s] for s in locked)} bytes in storages "
-                f"{', '.join(str(s) for s in locked[:8])}{' ...' if len(locked) > 8 else ''}")
+        residents = self.engine.residents()
+        pinned = [(s, size) for s, size, pin, _ in residents if pin]
+        locked = [(s, size) for s, size, _, lock in residents if lock]
+        return (f"the budget of {self.budget_bytes:.0f} bytes cannot be met: {self.engine.memory} bytes "
+                f"resident and {need_bytes} more needed; "
+                f"pinned: {sum(size for _, size in pinned)} bytes in {len(pinned)} constants; "
+                f"locked by the operator in flight: {sum(size for _, size in locked)} bytes in storages "
+                f"{', '.join(str(s) for s, _ in locked[:8])}{' ...' if len(locked) > 8 else ''}")
 
     # --- the first run of an operator ----------------------------------------------------------
     def _name(self, x: torch.Tensor) -> str:

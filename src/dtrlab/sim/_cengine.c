@@ -267,7 +267,7 @@ typedef struct {
 
 /* Outcomes (the first three are a run's; exported by name) and schedule step kinds (lower.py's
  * numbers, checked by cengine.py at import). */
-enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3, OUT_STALE = 4, OUT_OVERFLOW = 5 };
+enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3, OUT_STALE = 4, OUT_OVERFLOW = 5, OUT_PYERR = 6 };
 enum { STEP_COMPUTE = 0, STEP_GET = 1, STEP_PIN = 2, STEP_RELEASE = 3 };
 
 typedef struct {
@@ -370,6 +370,10 @@ typedef struct {
     int have_choice;        /* a policy choice's score and terms wait for its eviction's row */
     double choice_score, choice_terms[N_FEATURES];
     int nomem;
+    /* a followed source (the Follower type): its executor, told what to run and what to drop */
+    PyObject *ex;  /* NULL on a trace */
+    int pyerr;     /* the executor raised: its exception is set */
+    i64 need;      /* the bytes an OOM could not make room for */
 } St;
 
 static inline i32 st_of(const St *S, i32 t) { return S->p->t_storage[t]; }
@@ -1004,6 +1008,10 @@ static void evict_trust(St *S, i32 s) {
 
 static void evict(St *S, i32 s, int by_policy) {
     const Prog *p = S->p;
+    if (S->ex && !S->pyerr) {
+        PyObject *r = PyObject_CallMethod(S->ex, "drop", "ii", (int)s, by_policy);
+        if (r) Py_DECREF(r); else S->pyerr = 1;
+    }
     S->material[s] = 0;
     S->memory -= p->s_size[s];
     pool_remove(S, s);
@@ -1056,7 +1064,7 @@ static int free_for(St *S, i64 need) {
         i32 s = choose(S);
         if (S->overflow) return 0;
         evict(S, s, 1);
-        if (S->nomem) return 0;
+        if (S->nomem || S->pyerr) return 0;
     }
     return 1;
 }
@@ -1107,6 +1115,44 @@ static i32 frontier_members(St *S, const u64 *fr_base, const i32 *rs, i32 nrs, i
     return n;
 }
 
+/* A cost known once the operator has run (a measured clock): its storages' compute follows, as
+ * pyengine's _recost. The follower runs without trusted regions when costs can change. */
+static void recost(St *S, i32 op, i64 cost) {
+    const Prog *p = S->p;
+    i64 *op_cost = (i64 *)p->op_cost; /* the follower's own copy */
+    i64 delta = cost - op_cost[op];
+    i32 start = p->op_out_start[op], n = p->op_n_out[op];
+    op_cost[op] = cost;
+    for (i32 k = 0; k < n; k++) {
+        i32 s = st_of(S, start + k), seen = 0;
+        for (i32 j = 0; j < k; j++) seen |= st_of(S, start + j) == s;
+        if (!seen) S->s_compute[s] += delta;
+    }
+}
+
+/* The executor runs operator op for t and its siblings not defined (in that order): a first run
+ * or a rematerialization. Returns the run's cost on its clock. */
+static i64 run_executor(St *S, i32 op, i32 t, int remat, i64 cost) {
+    const Prog *p = S->p;
+    i32 start = p->op_out_start[op], n = p->op_n_out[op];
+    PyObject *ts = PyList_New(0), *item;
+    int bad = ts == NULL;
+    for (i32 k = -1; !bad && k < n; k++) {
+        i32 u = k < 0 ? t : start + k;
+        if (k >= 0 && (u == t || S->defined[u])) continue;
+        item = PyLong_FromLong(u);
+        bad = !item || PyList_Append(ts, item) < 0;
+        Py_XDECREF(item);
+    }
+    PyObject *r = bad ? NULL : PyObject_CallMethod(S->ex, "compute", "iOi", (int)op, ts, remat);
+    Py_XDECREF(ts);
+    i64 c = r ? PyLong_AsLongLong(r) : -1;
+    Py_XDECREF(r);
+    if (!r || (c == -1 && PyErr_Occurred())) { S->pyerr = 1; return cost; }
+    if (!remat && c != cost) recost(S, op, c);
+    return c;
+}
+
 static void compute(St *S, i32 t, int remat) {
     const Prog *p = S->p;
     i32 op = p->t_op[t], start = p->op_out_start[op], n = p->op_n_out[op];
@@ -1119,6 +1165,10 @@ static void compute(St *S, i32 t, int remat) {
     }
     if (!S->material[st_of(S, t)]) rs[nrs++] = st_of(S, t);
     i64 cost = p->op_cost[op];
+    if (S->ex) {
+        cost = run_executor(S, op, t, remat, cost);
+        if (S->pyerr) return;
+    }
     S->clock += cost;
     S->memory += p->op_size[op];
     if (S->memory > S->peak) S->peak = S->memory;
@@ -1217,9 +1267,12 @@ static int materialize(St *S, i32 t0, int remat0) {
         }
         i32 t = S->fr_t[f], op = p->t_op[t];
         i64 need = p->op_size[op];
-        if (S->memory + need > S->budget && !free_for(S, need))
-            return S->nomem ? OUT_NOMEM : S->overflow ? OUT_OVERFLOW : OUT_OOM;
+        if (S->memory + need > S->budget && !free_for(S, need)) {
+            S->need = need;
+            return S->nomem ? OUT_NOMEM : S->overflow ? OUT_OVERFLOW : S->pyerr ? OUT_PYERR : OUT_OOM;
+        }
         compute(S, t, S->fr_remat[f]);
+        if (S->pyerr) return OUT_PYERR;
         if (S->check && S->trust_on) check_all(S);
         if (S->stale) return OUT_STALE;
         for (i32 j = p->op_arg_ptr[op]; j < p->op_arg_ptr[op + 1]; j++) unlock(S, st_of(S, p->op_args[j]));
@@ -1231,9 +1284,11 @@ static int materialize(St *S, i32 t0, int remat0) {
     return OUT_OK;
 }
 
-static int run_schedule(St *S) {
+/* Steps [*done, end) of the schedule; *done counts each step as it is taken. */
+static int run_steps(St *S, i32 *done, i32 end) {
     const Prog *p = S->p;
-    for (i32 k = 0; k < p->n_steps; k++) {
+    while (*done < end) {
+        i32 k = (*done)++;
         i32 x = p->step_target[k];
         switch (p->step_kind[k]) {
         case STEP_COMPUTE: {
@@ -1269,8 +1324,14 @@ static int run_schedule(St *S) {
         }
         }
         if (S->nomem) return OUT_NOMEM;
+        if (S->pyerr) return OUT_PYERR;
     }
     return OUT_OK;
+}
+
+static int run_schedule(St *S) {
+    i32 done = 0;
+    return run_steps(S, &done, S->p->n_steps);
 }
 
 /* ---- Python glue --------------------------------------------------------------------------- */
@@ -1460,6 +1521,90 @@ static PyObject *oom_dict(const St *S) {
     return out;
 }
 
+/* A run's state on program P, allocated and set up (code NULL: the random policy; trust: trusted
+ * reverse regions may be kept, see above). 0, or -1 with an exception set and nothing held. */
+static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer *floats, int eager,
+                   int regions, int eq, int history, double remat_limit, long long seed, int want_events,
+                   int check, int trust) {
+    memset(S, 0, sizeof *S);
+    int have_code = code != NULL;
+    S->p = P;
+    S->budget = budget;
+    S->random = !have_code;
+    if (have_code && take_program(S, code, floats) < 0) return -1;
+    S->eager = eager; S->regions_on = regions; S->eq_on = eq;
+    S->remat_limit = remat_limit;
+    S->rng = (u64)seed;
+    S->ev_on = want_events;
+    S->ev.n_terms = S->random ? 0 : S->feat_n;
+    S->check = check;
+    S->clock = 1;
+    S->pool_head = S->pool_tail = -1;
+    i32 nt = P->n_tensors, ns = P->n_storages;
+    S->words = (ns + 63) / 64;
+    if (S->words == 0) S->words = 1;
+    S->defined = calloc(nt + 1, 1);
+    S->material = calloc(ns + 1, 1);
+    S->pinned = calloc(ns + 1, 1);
+    S->in_pool = calloc(ns + 1, 1);
+    S->ref_int = calloc(ns + 1, sizeof(i32));
+    S->ref_ext = calloc(ns + 1, sizeof(i64));
+    S->s_compute = calloc(ns + 1, sizeof(i64));
+    S->last_access = malloc(sizeof(i64) * (ns + 1));
+    S->s_live = calloc(ns + 1, sizeof(i32));
+    S->pool_prev = malloc(sizeof(i32) * (ns + 1));
+    S->pool_next = malloc(sizeof(i32) * (ns + 1));
+    S->dfs = malloc(sizeof(i32) * (ns + 1));
+    S->ecn = malloc(sizeof(i32) * (ns + 1));
+    S->mark = calloc(ns + 1, sizeof(i32));
+    S->mark2 = calloc(ns + 1, sizeof(i32));
+    S->umark = calloc(ns + 1, sizeof(i32));
+    S->evicted_by_policy = calloc(ns + 1, 1);
+    int ok = S->defined && S->material && S->pinned && S->in_pool && S->ref_int && S->ref_ext &&
+             S->s_compute && S->last_access && S->s_live && S->pool_prev && S->pool_next && S->dfs && S->ecn &&
+             S->mark && S->mark2 && S->umark && S->evicted_by_policy;
+    if (ok && want_events) {
+        S->share = calloc(ns + 1, 1);
+        ok = S->share != NULL;
+    }
+    if (ok && history) {
+        S->hist_evict = calloc(ns + 1, sizeof(i64));
+        S->hist_remat = calloc(ns + 1, sizeof(i64));
+        ok = S->hist_evict && S->hist_remat;
+    }
+    if (ok && regions) {
+        size_t cells = (size_t)ns * S->words;
+        S->fwd_in = calloc(cells, sizeof(u64)); S->fwd_fr = calloc(cells, sizeof(u64));
+        S->rev_in = calloc(cells, sizeof(u64)); S->rev_fr = calloc(cells, sizeof(u64));
+        S->fwd_c = calloc(ns + 1, sizeof(i64)); S->rev_c = calloc(ns + 1, sizeof(i64));
+        S->fwd_dirty = calloc(ns + 1, 1); S->rev_dirty = calloc(ns + 1, 1);
+        S->aff = calloc(S->words, sizeof(u64));
+        S->aff_list = malloc(sizeof(i32) * (ns + 1)); S->aff_rev_list = malloc(sizeof(i32) * (ns + 1));
+        S->touched = malloc(sizeof(i32) * (ns + 1));
+        S->lab = calloc(ns + 1, sizeof(u64)); S->delta = calloc(ns + 1, sizeof(u64));
+        S->pending = calloc(S->words, sizeof(u64));
+        S->rev_ok = calloc(ns + 1, 1); S->fr_refs = calloc(ns + 1, sizeof(i32));
+        S->check_in = calloc(S->words, sizeof(u64)); S->check_fr = calloc(S->words, sizeof(u64));
+        ok = S->fwd_in && S->fwd_fr && S->rev_in && S->rev_fr && S->fwd_c && S->rev_c && S->fwd_dirty &&
+             S->rev_dirty && S->aff && S->aff_list && S->aff_rev_list && S->touched &&
+             S->lab && S->delta && S->pending && S->rev_ok && S->fr_refs && S->check_in && S->check_fr;
+        S->trust_on = ok && trust && acyclic(P, S->dfs, S->mark);
+    }
+    if (ok && !regions) { /* scores read these as zero */
+        S->fwd_c = calloc(ns + 1, sizeof(i64));
+        S->rev_c = calloc(ns + 1, sizeof(i64));
+        ok = S->fwd_c && S->rev_c;
+    }
+    if (!ok) {
+        st_free(S);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i32 s = 0; s < ns; s++) { S->last_access[s] = LA_NONE; S->ecn[s] = ECN_UNMADE; }
+    if (budget < 0) S->budget = INT64_MAX;
+    return 0;
+}
+
 static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bufs", "budget", "code", "floats", "eager", "regions", "eq", "history",
                              "remat_limit", "seed", "counts", "events", "oom", "check", NULL};
@@ -1506,82 +1651,10 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     }
 
     St S;
-    memset(&S, 0, sizeof S);
-    S.p = &P;
-    S.budget = budget;
-    S.random = !have_code;
-    if (have_code && take_program(&S, &code, &floats) < 0) goto fail_counts;
-    S.eager = eager; S.regions_on = regions; S.eq_on = eq;
-    S.remat_limit = remat_limit;
-    S.rng = (u64)seed;
-    S.ev_on = want_events;
-    S.ev.n_terms = S.random ? 0 : S.feat_n;
-    S.check = check;
-    S.clock = 1;
-    S.pool_head = S.pool_tail = -1;
-    i32 nt = P.n_tensors, ns = P.n_storages;
-    S.words = (ns + 63) / 64;
-    if (S.words == 0) S.words = 1;
-    S.defined = calloc(nt + 1, 1);
-    S.material = calloc(ns + 1, 1);
-    S.pinned = calloc(ns + 1, 1);
-    S.in_pool = calloc(ns + 1, 1);
-    S.ref_int = calloc(ns + 1, sizeof(i32));
-    S.ref_ext = calloc(ns + 1, sizeof(i64));
-    S.s_compute = calloc(ns + 1, sizeof(i64));
-    S.last_access = malloc(sizeof(i64) * (ns + 1));
-    S.s_live = calloc(ns + 1, sizeof(i32));
-    S.pool_prev = malloc(sizeof(i32) * (ns + 1));
-    S.pool_next = malloc(sizeof(i32) * (ns + 1));
-    S.dfs = malloc(sizeof(i32) * (ns + 1));
-    S.ecn = malloc(sizeof(i32) * (ns + 1));
-    S.mark = calloc(ns + 1, sizeof(i32));
-    S.mark2 = calloc(ns + 1, sizeof(i32));
-    S.umark = calloc(ns + 1, sizeof(i32));
-    S.evicted_by_policy = calloc(ns + 1, 1);
-    int ok = S.defined && S.material && S.pinned && S.in_pool && S.ref_int && S.ref_ext &&
-             S.s_compute && S.last_access && S.s_live && S.pool_prev && S.pool_next && S.dfs && S.ecn &&
-             S.mark && S.mark2 && S.umark && S.evicted_by_policy;
-    if (ok && want_events) {
-        S.share = calloc(ns + 1, 1);
-        ok = S.share != NULL;
-    }
-    if (ok && history) {
-        S.hist_evict = calloc(ns + 1, sizeof(i64));
-        S.hist_remat = calloc(ns + 1, sizeof(i64));
-        ok = S.hist_evict && S.hist_remat;
-    }
-    if (ok && regions) {
-        size_t cells = (size_t)ns * S.words;
-        S.fwd_in = calloc(cells, sizeof(u64)); S.fwd_fr = calloc(cells, sizeof(u64));
-        S.rev_in = calloc(cells, sizeof(u64)); S.rev_fr = calloc(cells, sizeof(u64));
-        S.fwd_c = calloc(ns + 1, sizeof(i64)); S.rev_c = calloc(ns + 1, sizeof(i64));
-        S.fwd_dirty = calloc(ns + 1, 1); S.rev_dirty = calloc(ns + 1, 1);
-        S.aff = calloc(S.words, sizeof(u64));
-        S.aff_list = malloc(sizeof(i32) * (ns + 1)); S.aff_rev_list = malloc(sizeof(i32) * (ns + 1));
-        S.touched = malloc(sizeof(i32) * (ns + 1));
-        S.lab = calloc(ns + 1, sizeof(u64)); S.delta = calloc(ns + 1, sizeof(u64));
-        S.pending = calloc(S.words, sizeof(u64));
-        S.rev_ok = calloc(ns + 1, 1); S.fr_refs = calloc(ns + 1, sizeof(i32));
-        S.check_in = calloc(S.words, sizeof(u64)); S.check_fr = calloc(S.words, sizeof(u64));
-        ok = S.fwd_in && S.fwd_fr && S.rev_in && S.rev_fr && S.fwd_c && S.rev_c && S.fwd_dirty &&
-             S.rev_dirty && S.aff && S.aff_list && S.aff_rev_list && S.touched &&
-             S.lab && S.delta && S.pending && S.rev_ok && S.fr_refs && S.check_in && S.check_fr;
-        S.trust_on = ok && acyclic(&P, S.dfs, S.mark);
-    }
-    if (ok && !regions) { /* scores read these as zero */
-        S.fwd_c = calloc(ns + 1, sizeof(i64));
-        S.rev_c = calloc(ns + 1, sizeof(i64));
-        ok = S.fwd_c && S.rev_c;
-    }
-    if (!ok) {
-        st_free(&S);
-        PyErr_NoMemory();
+    if (st_init(&S, &P, budget, have_code ? &code : NULL, &floats, eager, regions, eq, history, remat_limit,
+                seed, want_events, check, 1) < 0)
         goto fail_counts;
-    }
-    for (i32 s = 0; s < ns; s++) { S.last_access[s] = LA_NONE; S.ecn[s] = ECN_UNMADE; }
     if (ncounts) { S.cnt_policy = cviews[0].buf; S.cnt_eager = cviews[1].buf; S.cnt_remat = cviews[2].buf; }
-    if (budget < 0) S.budget = INT64_MAX;
 
     int outcome;
     Py_BEGIN_ALLOW_THREADS
@@ -1624,6 +1697,229 @@ fail_views:
     for (int i = 0; i < N_BUFS; i++) PyBuffer_Release(&views[i]);
     return NULL;
 }
+
+/* ---- a followed source: the engine on a whole program, one schedule step at a time ------------
+ *
+ * Follower(bufs, budget, code, floats, eager, regions, eq, history, seed, executor, fixed_costs)
+ * holds a run's state between calls, for a source that knows the whole program in advance (a live
+ * step following its plan) and takes its schedule a step at a time. The executor is told what to
+ * run, `executor.compute(op, tensors, remat) -> cost`, and what to drop, `executor.drop(storage,
+ * by_policy)`, as pyengine's Engine.follow tells it. op_cost must be the follower's own writable
+ * array: where fixed_costs is false (a measured clock) a first run's cost replaces it.
+ * A method returns an outcome (0 ok, 1 out of memory: the run is over) or raises what the
+ * executor raised. */
+
+typedef struct {
+    PyObject_HEAD
+    Prog P;
+    St S;
+    Py_buffer views[N_BUFS], code, floats;
+    int have_state, have_code, busy, over;
+    i32 done; /* schedule steps taken */
+} Follower;
+
+static void follower_dealloc(Follower *F) {
+    if (F->have_state) {
+        Py_CLEAR(F->S.ex);
+        st_free(&F->S);
+        for (int i = 0; i < N_BUFS; i++) PyBuffer_Release(&F->views[i]);
+        if (F->have_code) { PyBuffer_Release(&F->code); PyBuffer_Release(&F->floats); }
+    }
+    Py_TYPE(F)->tp_free((PyObject *)F);
+}
+
+static int follower_init(Follower *F, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bufs", "budget", "code", "floats", "eager", "regions", "eq", "history",
+                             "seed", "executor", "fixed_costs", NULL};
+    PyObject *bufs, *code_obj, *floats_obj, *ex;
+    long long budget, seed;
+    int eager, regions, eq, history, fixed;
+    if (F->have_state) {
+        PyErr_SetString(PyExc_RuntimeError, "a Follower is set up once");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppLOp", kwlist, &bufs, &budget, &code_obj, &floats_obj,
+                                     &eager, &regions, &eq, &history, &seed, &ex, &fixed))
+        return -1;
+    memset(&F->P, 0, sizeof F->P);
+    if (take_buffers(bufs, &F->P, F->views) < 0) return -1;
+    Py_buffer *opc = &F->views[0];
+    if (opc->readonly) {
+        PyErr_SetString(PyExc_ValueError, "a Follower's op_cost must be its own writable array");
+        goto fail_views;
+    }
+    F->have_code = code_obj != Py_None;
+    if (F->have_code) {
+        memset(&F->code, 0, sizeof F->code);
+        if (PyObject_GetBuffer(code_obj, &F->code, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto fail_views;
+        if (PyObject_GetBuffer(floats_obj, &F->floats, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyBuffer_Release(&F->code);
+            goto fail_views;
+        }
+    }
+    if (st_init(&F->S, &F->P, budget, F->have_code ? &F->code : NULL, &F->floats, eager, regions, eq, history,
+                INFINITY, seed, 0, 0, fixed) < 0)
+        goto fail_code;
+    Py_INCREF(ex);
+    F->S.ex = ex;
+    F->have_state = 1;
+    return 0;
+fail_code:
+    if (F->have_code) { PyBuffer_Release(&F->code); PyBuffer_Release(&F->floats); }
+fail_views:
+    for (int i = 0; i < N_BUFS; i++) PyBuffer_Release(&F->views[i]);
+    return -1;
+}
+
+/* Whether a call may work on the state now: set up, not over, not inside an executor's call. */
+static int follower_enter(Follower *F) {
+    if (!F->have_state) { PyErr_SetString(PyExc_RuntimeError, "the Follower is not set up"); return 0; }
+    if (F->busy) { PyErr_SetString(PyExc_RuntimeError, "the engine is busy: an executor called it back"); return 0; }
+    if (F->over) { PyErr_SetString(PyExc_RuntimeError, "the run is over (out of memory, or the executor raised)"); return 0; }
+    F->busy = 1;
+    return 1;
+}
+
+static PyObject *follower_leave(Follower *F, int outcome) {
+    F->busy = 0;
+    if (outcome == OUT_OK) return PyLong_FromLong(0);
+    F->over = 1;
+    if (outcome == OUT_OOM) return PyLong_FromLong(1);
+    if (outcome == OUT_PYERR) return NULL;
+    if (outcome == OUT_OVERFLOW) { PyErr_SetString(PyExc_OverflowError, "a score's integer left 128 bits"); return NULL; }
+    return PyErr_NoMemory();
+}
+
+static int follower_index(PyObject *x, i32 limit, i32 *out, const char *what) {
+    long v = PyLong_AsLong(x);
+    if (v == -1 && PyErr_Occurred()) return 0;
+    if (v < 0 || v >= limit) { PyErr_Format(PyExc_IndexError, "%s %ld is not in the program", what, v); return 0; }
+    *out = (i32)v;
+    return 1;
+}
+
+static PyObject *follower_step(Follower *F, PyObject *arg) {
+    i32 end;
+    if (!follower_index(arg, F->P.n_steps + 1, &end, "step")) return NULL;
+    if (end < F->done) { PyErr_SetString(PyExc_ValueError, "the schedule is taken forward only"); return NULL; }
+    if (!follower_enter(F)) return NULL;
+    return follower_leave(F, run_steps(&F->S, &F->done, end));
+}
+
+/* As pyengine's Engine.prepare (after its step): an operator's arguments touched, made resident
+ * and locked, rematerialized in order where not defined. */
+static PyObject *follower_prepare(Follower *F, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "arguments must be a sequence of tensors");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    i32 *ts = malloc(sizeof(i32) * (size_t)(n + 1));
+    if (!ts) { Py_DECREF(seq); return PyErr_NoMemory(); }
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (!follower_index(PySequence_Fast_GET_ITEM(seq, k), F->P.n_tensors, &ts[k], "tensor")) {
+            free(ts); Py_DECREF(seq); return NULL;
+        }
+    Py_DECREF(seq);
+    if (!follower_enter(F)) { free(ts); return NULL; }
+    St *S = &F->S;
+    int r = OUT_OK;
+    for (Py_ssize_t k = 0; k < n; k++) S->last_access[st_of(S, ts[k])] = S->clock;
+    for (Py_ssize_t k = 0; k < n; k++) if (S->defined[ts[k]]) lock(S, st_of(S, ts[k]));
+    unsigned char *was = malloc((size_t)n + 1);
+    if (!was) r = OUT_NOMEM;
+    for (Py_ssize_t k = 0; r == OUT_OK && k < n; k++) was[k] = S->defined[ts[k]];
+    for (Py_ssize_t k = 0; r == OUT_OK && k < n; k++) {
+        if (was[k]) continue;
+        if (!S->defined[ts[k]]) r = materialize(S, ts[k], 1);
+        if (r == OUT_OK) lock(S, st_of(S, ts[k]));
+    }
+    free(was);
+    free(ts);
+    return follower_leave(F, r);
+}
+
+/* After prepare and the operator's run (one the program does not have): the arguments unlocked. */
+static PyObject *follower_finish(Follower *F, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "arguments must be a sequence of tensors");
+    if (!seq) return NULL;
+    if (!follower_enter(F)) { Py_DECREF(seq); return NULL; }
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        i32 t;
+        if (!follower_index(PySequence_Fast_GET_ITEM(seq, k), F->P.n_tensors, &t, "tensor")) {
+            F->busy = 0; Py_DECREF(seq); return NULL;
+        }
+        unlock(&F->S, st_of(&F->S, t));
+    }
+    Py_DECREF(seq);
+    return follower_leave(F, OUT_OK);
+}
+
+static PyObject *follower_materialize(Follower *F, PyObject *arg) {
+    i32 t;
+    if (!follower_index(arg, F->P.n_tensors, &t, "tensor")) return NULL;
+    if (!follower_enter(F)) return NULL;
+    return follower_leave(F, F->S.defined[t] ? OUT_OK : materialize(&F->S, t, 1));
+}
+
+static PyObject *follower_evict(Follower *F, PyObject *arg) {
+    i32 s;
+    if (!follower_index(arg, F->P.n_storages, &s, "storage")) return NULL;
+    if (!follower_enter(F)) return NULL;
+    if (!F->S.in_pool[s]) {
+        F->busy = 0;
+        return PyErr_Format(PyExc_ValueError, "storage %d is not evictable", (int)s);
+    }
+    evict(&F->S, s, 1);
+    return follower_leave(F, F->S.pyerr ? OUT_PYERR : OUT_OK);
+}
+
+/* The pool, in its order. */
+static PyObject *follower_pool(Follower *F, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    for (i32 s = F->have_state ? F->S.pool_head : -1; out && s >= 0; s = F->S.pool_next[s]) {
+        PyObject *v = PyLong_FromLong(s);
+        if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_CLEAR(out); break; }
+        Py_DECREF(v);
+    }
+    return out;
+}
+
+/* (material, pinned, locks) of a storage. */
+static PyObject *follower_storage(Follower *F, PyObject *arg) {
+    i32 s;
+    if (!F->have_state || !follower_index(arg, F->P.n_storages, &s, "storage")) return NULL;
+    return Py_BuildValue("(iii)", (int)F->S.material[s], (int)F->S.pinned[s], (int)F->S.ref_int[s]);
+}
+
+static PyObject *follower_counters(Follower *F, PyObject *unused) {
+    const St *S = &F->S;
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:i,s:L}", "clock", (long long)S->clock, "memory",
+                         (long long)S->memory, "peak", (long long)S->peak, "remat_ns", (long long)S->remat_ns,
+                         "evictions", (long long)S->evictions, "eager_evictions", (long long)S->eager_evictions,
+                         "score_evals", (long long)S->evals, "steps_done", (int)F->done, "need", (long long)S->need);
+}
+
+static PyMethodDef FOLLOWER_METHODS[] = {
+    {"step", (PyCFunction)follower_step, METH_O, "Take the schedule's steps up to (not including) this one."},
+    {"prepare", (PyCFunction)follower_prepare, METH_O, "Make these argument tensors resident and lock them."},
+    {"finish", (PyCFunction)follower_finish, METH_O, "Unlock the argument tensors prepare locked."},
+    {"materialize", (PyCFunction)follower_materialize, METH_O, "Make a tensor resident now."},
+    {"evict", (PyCFunction)follower_evict, METH_O, "Evict an evictable storage now, as the policy would."},
+    {"pool", (PyCFunction)follower_pool, METH_NOARGS, "The evictable storages, in the pool's order."},
+    {"storage", (PyCFunction)follower_storage, METH_O, "(material, pinned, locks) of a storage."},
+    {"counters", (PyCFunction)follower_counters, METH_NOARGS, "The run's counters now."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject FollowerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "dtrlab.sim._cengine.Follower",
+    .tp_basicsize = sizeof(Follower),
+    .tp_dealloc = (destructor)follower_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The compiled engine on a whole program, its schedule taken a step at a time by a source.",
+    .tp_methods = FOLLOWER_METHODS,
+    .tp_init = (initproc)follower_init,
+    .tp_new = PyType_GenericNew,
+};
 
 /* ---- the score arithmetic, for tests ---------------------------------------------------------- */
 
@@ -1729,8 +2025,15 @@ PyMODINIT_FUNC PyInit__cengine(void) {
     static const char *steps[] = {"compute", "get", "pin", "release"};
     const char *buffers[N_BUFS];
     for (int i = 0; i < N_BUFS; i++) buffers[i] = BUFS[i].name;
+    if (PyType_Ready(&FollowerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&MODULE);
     if (!m) return NULL;
+    Py_INCREF(&FollowerType);
+    if (PyModule_AddObject(m, "Follower", (PyObject *)&FollowerType) < 0) {
+        Py_DECREF(&FollowerType);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddObject(m, "OPCODES", enum_dict(OPCODE_NAMES, N_OPCODES)) < 0 ||
         PyModule_AddObject(m, "FEATURES", enum_dict(FEATURE_NAMES, N_FEATURES)) < 0 ||
         PyModule_AddObject(m, "OUTCOMES", enum_dict(outcomes, 6)) < 0 ||

@@ -201,3 +201,80 @@ def run_observed(program: Program, budget_bytes: int | None, policy: Policy, run
     out["observations"] = ins.observations(want, counts and tuple(counts.values()), out.pop("events", None),
                                            out.pop("oom", None))
     return out
+
+
+class Follower:
+    """The compiled engine on a whole program whose schedule a source takes a step at a time: the
+    live runtime following its plan (live/session.py). The interface is pyengine.Engine.follow's,
+    for a source that lowers nothing the program lacks: `step()` takes the steps of `steps` (the
+    source's schedule as it grows, a prefix of the program's) not yet taken; `prepare`, `finish`
+    (with no operator), `materialize` and `evict` as the Python engine's; the executor is told
+    `compute(op, tensors, remat) -> cost` and `drop(storage, by_policy)`. fixed_costs: the
+    executor's costs are the program's (a logical clock); else a first run's cost replaces it.
+    Raises pyengine.OutOfMemory as the Python engine does."""
+
+    def __init__(self, program: Program, steps: list, executor, budget_bytes: float, policy: Policy,
+                 runtime: Runtime, seed: int, fixed_costs: bool) -> None:
+        bufs = dict(_prepared(program))
+        bufs["op_cost"] = bufs["op_cost"].copy()  # its own: a measured clock rewrites it
+        code, floats = _program_arrays(policy.formula)
+        budget = -1 if budget_bytes == math.inf else int(budget_bytes)
+        self._f = _cengine.Follower(bufs, budget, code, floats, runtime.eager,
+                                    runtime.optimized and NEIGHBORHOOD in policy.needs,
+                                    runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
+                                    int(seed) & 0x7FFFFFFFFFFFFFFF, executor, fixed_costs)
+        self._steps = steps
+        self._tptr, self._tensors = bufs["s_tptr"].tolist(), bufs["s_tensors"].tolist()
+        self._sizes = program.storage_size_bytes.tolist()
+
+    def _outcome(self, outcome: int) -> None:
+        if outcome:
+            from .pyengine import OutOfMemory
+
+            raise OutOfMemory(self._f.counters()["need"])
+
+    def step(self) -> None:
+        self._outcome(self._f.step(len(self._steps)))
+
+    def prepare(self, args: list[int]) -> None:
+        self.step()
+        self._outcome(self._f.prepare(args))
+
+    def finish(self, args: list[int], op: None) -> None:
+        if op is not None:
+            raise ValueError("the compiled follower runs only the program's operators")
+        self._f.finish(args)
+        self.step()
+
+    def materialize(self, t: int) -> None:
+        self.step()
+        self._outcome(self._f.materialize(t))
+
+    def evict(self, s: int) -> None:
+        self._f.evict(s)
+
+    @property
+    def pool(self) -> list[int]:
+        return self._f.pool()
+
+    def storage_tensors(self, s: int) -> list[int]:
+        """The storage's tensors, those not yet made included."""
+        return self._tensors[self._tptr[s]:self._tptr[s + 1]]
+
+    def residents(self) -> list[tuple[int, int, bool, bool]]:
+        """(storage, bytes, pinned, locked) of each storage in memory."""
+        out = []
+        for s, size in enumerate(self._sizes):
+            material, pinned, locks = self._f.storage(s)
+            if material:
+                out.append((s, size, bool(pinned), locks > 0 and not pinned))
+        return out
+
+    def __getattr__(self, name: str):
+        if name in _FOLLOWER_COUNTERS:
+            return self._f.counters()[name]
+        raise AttributeError(name)
+
+
+_FOLLOWER_COUNTERS = ("clock", "memory", "peak", "remat_ns", "evictions", "eager_evictions", "score_evals",
+                      "steps_done")

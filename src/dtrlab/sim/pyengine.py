@@ -667,6 +667,14 @@ class Engine:
         if not self.defined[t]:
             self._materialize(t, True)
 
+    def storage_tensors(self, s: int) -> list[int]:
+        return self.s_tensors[s]
+
+    def residents(self) -> list[tuple[int, int, bool, bool]]:
+        """(storage, bytes, pinned, locked) of each storage in memory."""
+        return [(s, self.s_size[s], self.pinned[s], self.ref_int[s] > 0 and not self.pinned[s])
+                for s in range(len(self.material)) if self.material[s]]
+
     def evict(self, s: int) -> None:
         """Evict an evictable storage now, as the policy would (tests force evictions with it)."""
         if s not in self.pool:
