@@ -197,3 +197,31 @@ def test_a_budget_below_the_constants_names_what_is_pinned_and_locked():
                                               r"in 1 constants; locked by the operator in flight: 0 bytes"):
         with LiveSession(budget_bytes=6000):
             w * 2
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_an_operator_the_plan_does_not_have_runs_on_resident_arguments(engine):
+    """An operator that makes and writes no tensor (reading a value: `.item()`) has no instruction
+    in a plan: planned, it runs on its arguments' values, rematerialized first where evicted (an
+    unplanned rematerialization), and the step's results are plain PyTorch's."""
+    from dtrlab.capture.recorder import record
+
+    x = torch.rand(64)
+
+    def step():
+        z = x.exp().clamp(max=2.0)
+        k = z.sum()
+        return [z * float(k.item())]
+
+    plain = step()[0]
+    plan = record(step).instructions
+
+    def evict_all(session):
+        for s in session.evictable():
+            session.evict(s)
+
+    with LiveSession(plan=plan, after_op=evict_all, engine=engine) as session:
+        out = step()[0]
+    assert session.engine_name == engine
+    assert session.unplanned_remats >= 1 and session.replays >= 1
+    assert same_bits(session.value(out), plain)

@@ -41,6 +41,70 @@ def data_ptr(t: torch.Tensor) -> int:
     return s.data_ptr() if s.nbytes() > 0 else 0
 
 
+# --- an aten call's arguments and results as leaves -------------------------------------------
+# An aten schema's arguments are leaves or lists of leaves (one level), and its results a tensor or
+# a tuple or list of them: a flat walk covers them, and pytree (far slower) anything deeper.
+_SEQ = (list, tuple)
+
+
+def _nested(x) -> bool:
+    t = type(x)
+    return t is dict or ((t is list or t is tuple) and any(type(y) in _SEQ or type(y) is dict for y in x))
+
+
+def flatten_call(args: tuple, kwargs: dict) -> tuple[list, object]:
+    """(leaves, spec) of an operator's arguments; `unflatten_call` rebuilds them from new leaves."""
+    values = (*args, *kwargs.values())
+    if any(_nested(v) for v in values):
+        return tree_flatten((args, kwargs))
+    flat, shape = [], []
+    for v in values:
+        t = type(v)
+        if t is list or t is tuple:
+            shape.append((t, len(v)))
+            flat.extend(v)
+        else:
+            shape.append(None)
+            flat.append(v)
+    return flat, (len(args), tuple(kwargs), tuple(shape))
+
+
+def unflatten_call(flat: list, spec) -> tuple[tuple, dict]:
+    if not type(spec) is tuple:
+        return tree_unflatten(flat, spec)
+    n_args, keys, shape = spec
+    out, i = [], 0
+    for sh in shape:
+        if sh is None:
+            out.append(flat[i])
+            i += 1
+        else:
+            t, n = sh
+            out.append(t(flat[i:i + n]))
+            i += n
+    return tuple(out[:n_args]), dict(zip(keys, out[n_args:]))
+
+
+def flatten_out(out) -> tuple[list, object]:
+    """(leaves, spec) of what an operator returned; `unflatten_out` rebuilds it."""
+    t = type(out)
+    if t is list or t is tuple:
+        if any(type(y) in _SEQ or type(y) is dict for y in out):
+            return tree_flatten(out)
+        return list(out), t
+    if t is dict:
+        return tree_flatten(out)
+    return [out], None
+
+
+def unflatten_out(flat: list, spec):
+    if spec is None:
+        return flat[0]
+    if spec is list or spec is tuple:
+        return spec(flat)
+    return tree_unflatten(flat, spec)
+
+
 def cuda_devices(flat) -> list[int]:
     return sorted({x.device.index or 0 for x in flat if isinstance(x, torch.Tensor) and x.device.type == "cuda"})
 
@@ -109,7 +173,7 @@ def execute(r: Recipe, arg_values: list[torch.Tensor], replay: bool) -> Run:
             copies[key] = v.untyped_storage().clone()
         values[r.tensor_leaf[i]] = on_bytes(window_of(v), copies[key])
     passed = [values[leaf] for leaf in r.tensor_leaf]
-    args, kwargs = tree_unflatten(values, r.spec)
+    args, kwargs = unflatten_call(values, r.spec)
     if r.rng is None or not replay:
         start_ns = elapsed_clock_ns()
         out = r.func(*args, **kwargs)
@@ -123,5 +187,5 @@ def execute(r: Recipe, arg_values: list[torch.Tensor], replay: bool) -> Run:
             start_ns = elapsed_clock_ns()
             out = r.func(*args, **kwargs)
             elapsed_ns = elapsed_clock_ns() - start_ns
-    flat, spec = tree_flatten(out)
+    flat, spec = flatten_out(out)
     return Run(passed, flat, spec, elapsed_ns)

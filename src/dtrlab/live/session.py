@@ -1,20 +1,22 @@
 """The live session: every aten operator of a PyTorch step, below autograd, under a memory budget,
 decided by the simulator's own engine.
 
-The session is a second source of events for sim/pyengine.py's Engine (a trace is the first):
-each operator becomes the instructions its capture would have (capture/naming.Namer, the trace
-recorder's own), lowered one at a time (trace.lower.Lowering); the engine follows the lowered
-schedule and decides what to evict and what to rematerialize, and the session carries it out as
-the engine's executor (`compute`: run an operator, or replay its recipe; `evict`: drop the values
-of a storage's tensors). The bookkeeping, the policies and the clock are the engine's.
+The session is a second source of events for the engines (a trace is the first), and their
+executor: `compute` runs an operator or replays its recipe, `drop` lets an evicted storage's values
+go. The bookkeeping, the policies and the clock are the engine's. Two ways to know a step:
 
-Two ways to know an operator's outputs:
-- planned (`plan=`, the instructions of a capture of the same step): before an operator runs, the
-  engine takes its instructions from the plan, so room is made for its outputs before they exist,
-  exactly as when the plan is simulated; the instructions the step makes are checked against the
-  plan's (`PlanMismatch` at the first that differs). With the logical clock its costs are the plan's.
-- unplanned: the arguments are made resident (Engine.prepare), the operator runs, then its
-  instructions are taken (Engine.finish): its results exist before room is made for them.
+- planned (`plan=`, a capture of the same step: live/plan.py): the engine follows the plan's
+  program, on the compiled engine where it runs the policy (sim/cengine.Follower), else on the
+  Python one (Engine.follow_program). Each operator is checked against the plan's next Group
+  (its name, its arguments' tensors, what it writes, its results' sizes and aliases;
+  `PlanMismatch` at the first that differs) and the engine takes the schedule to the Group's end:
+  room is made for the outputs before they exist, and the operator's first run happens when the
+  engine computes it, exactly as when the plan is simulated. With the logical clock its costs are
+  the plan's. Nothing is named or lowered while the step runs.
+- unplanned: each operator becomes the instructions its capture would have (capture/naming.Namer,
+  the trace recorder's own), lowered one at a time (trace.lower.Lowering); its arguments are made
+  resident (Engine.prepare), it runs, then its instructions are taken (Engine.finish): its results
+  exist before room is made for them.
 
 The rules (docs/live.md says why each is sound): storage is the unit (a view shares its base's
 storage, evicting a storage drops every tensor on it, a view comes back by replaying its view
@@ -27,13 +29,14 @@ tensor's own metadata in place (`transpose_`, `resize_`, `set_`) are refused.
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
-from dataclasses import dataclass
-from typing import Callable, Sequence
+import weakref
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..capture.naming import REBIND_OP, Namer
 from ..capture.schema import written_tensors
@@ -44,11 +47,15 @@ from ..sim.policies import Policy, get_policy
 from ..sim.pyengine import Engine, OutOfMemory
 from ..sim.runtimes import get_runtime
 from ..sim.simulate import ENGINES
-from ..trace.read import Annotate, Call, Constant, Instruction, Mutate, Release, TraceSource, TraceText
-from ..trace.lower import Lowering, Program, lower
-from .recipes import CALL, CONSTANT, MUTATE, REBIND, Recipe, Run, data_ptr, execute, on_bytes, rng_state, window_of
+from ..trace.read import Alias, Annotate, Call, Constant, Instruction, Memory, Mutate, Release, TraceText
+from ..trace.lower import Lowering
+from .plan import Group, Plan, make_plan
+from .recipes import (CALL, CONSTANT, MUTATE, REBIND, Recipe, Run, data_ptr, execute, flatten_call, on_bytes,
+                      rng_state, unflatten_call, unflatten_out, window_of)
 
 LOGICAL, MEASURED = LIVE_CLOCKS
+
+__all__ = ["LiveBudgetError", "LiveSession", "LiveTensor", "Plan", "PlanMismatch", "make_plan"]
 
 
 class LiveBudgetError(DtrlabError):
@@ -59,43 +66,24 @@ class PlanMismatch(UsageError):
     """The step made an instruction its plan does not have there (it is not the planned step)."""
 
 
-def _refused(func) -> str | None:
+class _OpInfo(NamedTuple):
+    name: str
+    refused: str | None
+    random: bool
+
+
+@functools.lru_cache(maxsize=None)
+def _op_info(func) -> _OpInfo:
+    """What the session needs of an operator, read once: its name, why it is refused, whether it is random."""
+    refused = None
     if torch.Tag.inplace_view in func.tags or func._schema.name in ("aten::set_", "aten::resize_"):
-        return f"{func} changes a tensor's shape or storage in place, which the live runtime cannot replay"
-    return None
-
-
-_UNCHECKED = (Release, Annotate)
-
-
-def _same(a: Instruction, b: Instruction) -> bool:
-    """Equal but for times and line numbers (a plan's costs are its own; a live step's lines are 0)."""
-    if isinstance(a, (Call, Mutate)) and isinstance(b, type(a)):
-        return a._replace(time_ns=0, line=0) == b._replace(time_ns=0, line=0)
-    return type(a) is type(b) and a._replace(line=0) == b._replace(line=0)
-
-
-@dataclass(frozen=True, eq=False)
-class Plan:
-    """What a planned session follows: the instructions of a capture of the same step, and their
-    program (lowered once: the compiled engine walks the whole program). `make_plan` makes one."""
-
-    instructions: tuple[Instruction, ...]
-    program: Program
-
-
-def make_plan(plan: "Plan | TraceText | Sequence[Instruction]") -> Plan:
-    """A Plan of a capture's instructions or a trace read from a file (a Plan is itself)."""
-    if isinstance(plan, Plan):
-        return plan
-    if not isinstance(plan, TraceText):
-        source = TraceSource("plan", "plan", "<plan>", True, lambda: b"")
-        plan = TraceText(source, "", tuple(plan), 0)
-    return Plan(tuple(plan.instructions), lower(plan))
+        refused = f"{func} changes a tensor's shape or storage in place, which the live runtime cannot replay"
+    return _OpInfo(str(func), refused, torch.Tag.nondeterministic_seeded in func.tags)
 
 
 class LiveTensor(torch.Tensor):
-    """A wrapper below autograd: metadata only; its value is the session's (`LiveSession.value`)."""
+    """A wrapper below autograd: metadata only; its value is the session's (`LiveSession.value`).
+    A planned session's wrapper carries its tensor in the plan's program (`_tid`)."""
 
     @staticmethod
     def __new__(cls, session: "LiveSession", like: torch.Tensor):
@@ -109,7 +97,7 @@ class LiveTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        flat, _ = tree_flatten((args, kwargs))
+        flat, _ = flatten_call(args, kwargs or {})
         session = next(x._session for x in flat if isinstance(x, LiveTensor))
         return session.dispatch(func, args, kwargs or {})
 
@@ -122,25 +110,38 @@ class LiveTensor(torch.Tensor):
 class _Dispatch:
     """The operator being dispatched: what its recipes share, and its one first run."""
 
-    __slots__ = ("func", "spec", "leaves", "tensor_leaf", "flat", "inputs", "arg_names", "mutated", "rng",
-                 "run", "wrappers")
+    __slots__ = ("func", "spec", "leaves", "tensor_leaf", "inputs", "arg_names", "mutated", "rng", "run",
+                 "wrappers", "group")
 
-    def __init__(self, func, flat, spec, inputs, arg_names, mutated, rng) -> None:
+    def __init__(self, func, flat, spec, tensor_leaf, inputs, mutated, rng) -> None:
         self.func = func
-        self.flat = flat
         self.spec = spec
-        self.tensor_leaf = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
-        self.leaves = [None if isinstance(x, torch.Tensor) else x for x in flat]
-        self.inputs = inputs
-        self.arg_names = arg_names
+        self.tensor_leaf = tensor_leaf
+        self.leaves = list(flat)
+        for i in tensor_leaf:
+            self.leaves[i] = None
+        self.inputs = inputs  # the caller's objects at the tensor leaves
+        self.arg_names: list[str] = []  # unplanned: the namer's names of the inputs
         self.mutated = mutated
         self.rng = rng
         self.run: Run | None = None
         self.wrappers: list[LiveTensor] = []
+        self.group: Group | None = None  # planned: the plan's Group it runs as
 
     def recipe(self, kind: str, args: list[int]) -> Recipe:
         """This operator's recipe for an engine operator of `kind` with these argument tensors."""
         return Recipe(kind, args, self.func, self.spec, self.leaves, self.tensor_leaf, self.mutated, self.rng)
+
+
+def _dispatch_of(func, args, kwargs):
+    """The operator's _Dispatch and its flat leaves (values of other sessions' tensors not yet read)."""
+    flat, spec = flatten_call(args, kwargs)
+    tensor_leaf = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+    inputs = [flat[i] for i in tensor_leaf]
+    written = written_tensors(func, args, kwargs)
+    mutated = [next(j for j, t in enumerate(inputs) if t is w) for w in written]
+    rng = rng_state(flat) if _op_info(func).random else None
+    return _Dispatch(func, flat, spec, tensor_leaf, inputs, mutated, rng), flat
 
 
 class LiveSession(TorchDispatchMode):
@@ -148,15 +149,16 @@ class LiveSession(TorchDispatchMode):
 
     policy: any policy the simulator takes (sim.policies.get_policy); clock: "logical" (an
     operator costs what its plan says, or 1 without a plan) or "measured" (each run its elapsed
-    time); plan: a Plan, or the instructions of a capture of the same step (capture.recorder.record),
-    or None; seed: the random policy's; engine: as `dtrlab simulate`'s (sim.simulate.ENGINES):
-    "auto" is the compiled engine when it runs the plan and policy, else the Python engine (the
-    compiled engine walks a whole program, so it follows a plan, never an unplanned step). after_op: called after every operator (tests force
+    time); plan: a Plan (live/plan.py), the instructions of a capture of the same step
+    (capture.recorder.record) or a trace read from a file, or None; seed: the random policy's;
+    engine: as `dtrlab simulate`'s (sim.simulate.ENGINES): "auto" is the compiled engine when it
+    runs the plan and policy, else the Python one (the compiled engine walks a whole program, so
+    it follows a plan, never an unplanned step). after_op: called after every operator (tests force
     evictions with it). At the end of the `with`, the tensors still alive are pinned (as the trace
     format pins the outputs referenced at the end) and the constants written get their new bytes."""
 
     def __init__(self, budget_bytes: float = math.inf, policy: str | Policy = DEFAULT_POLICY,
-                 clock: str = LOGICAL, plan: Sequence[Instruction] | None = None,
+                 clock: str = LOGICAL, plan: Plan | TraceText | Sequence[Instruction] | None = None,
                  after_op: Callable[["LiveSession"], None] | None = None, seed: int = 0,
                  engine: str = "auto") -> None:
         super().__init__()
@@ -167,29 +169,46 @@ class LiveSession(TorchDispatchMode):
         self.budget_bytes = budget_bytes
         self.policy = get_policy(policy)
         self.clock = clock
-        planned = make_plan(plan) if plan is not None else None
-        self.plan = planned.instructions if planned is not None else None
         self._after_op = after_op
-        self.namer = Namer(own_releases=plan is None)
-        self.lowering = Lowering("<live step>")
         runtime = get_runtime(DEFAULT_RUNTIME)
-        compiled = planned is not None and cengine.supports(self.policy, runtime, planned.program)
+        self._plan = make_plan(plan) if plan is not None else None
+        compiled = self._plan is not None and cengine.supports(self.policy, runtime, self._plan.program)
         if engine == "c" and not compiled:
             raise UsageError("the compiled engine follows only a plan, with a policy it runs (not built, "
                              "no plan, or a policy written as a Python function)")
-        if compiled and engine != "python":
-            self.engine = cengine.Follower(planned.program, self.lowering.builder.steps, self, budget_bytes,
-                                           self.policy, runtime, seed, fixed_costs=clock == LOGICAL)
-        else:
+        if self._plan is None:
+            self.namer = Namer(own_releases=True)
+            self.lowering = Lowering("<live step>")
             self.engine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy, runtime, seed)
+            b = self.lowering.builder
+            self._op_start, self._op_cost = b.op_out_start, b.op_cost  # they grow as the step is lowered
+            self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
+            self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
+            self.recipes: list[Recipe | None] = []  # per engine operator
+            self._constants: dict[str, torch.Tensor] = {}  # constant name -> the caller's tensor
+            self._fed = 0  # instructions of the namer's lowered so far
+        else:
+            program = self._plan.program
+            if compiled and engine != "python":
+                self.engine = cengine.Follower(program, self, budget_bytes, self.policy, runtime, seed,
+                                               fixed_costs=clock == LOGICAL)
+            else:
+                self.engine = Engine.follow_program(program, self, budget_bytes, self.policy, runtime, seed)
+            self._op_start, self._op_cost = program.op_out_start.tolist(), program.op_cost_ns.tolist()
+            self.values = [None] * program.n_tensors
+            self.windows = [None] * program.n_tensors
+            self.recipes = [None] * program.n_ops
+            self._group = 0  # the plan's next Group
+            self._named = 0  # the plan's constants met so far
+            self._const_obj: dict[int, torch.Tensor] = {}  # id -> the caller's tensor (held: its id stays its own)
+            self._const_tid: dict[int, int] = {}  # id of a caller's tensor -> its current version's tensor
+            self._const_first: dict[int, int] = {}  # id of a caller's tensor -> its CONSTANT's tensor
+            self._const_of: dict[int, int] = {}  # a constant's current version -> the caller's tensor's id
+            self._const_value: dict[int, torch.Tensor] = {}  # a constant's tensor -> its value (an alias)
+            self._moved = {old for g in self._plan.groups for old, _ in g.moves}
+            self._movable: dict[int, weakref.ref] = {}  # a tensor a MUTATE moves -> its wrapper
+            self._ops = 0
         self.engine_name = "c" if isinstance(self.engine, cengine.Follower) else "python"
-        self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
-        self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
-        self.recipes: list[Recipe] = []  # per engine operator
-        self._fed = 0  # instructions of the source (the plan, or the namer's) lowered so far
-        self._checked = 0  # the namer's instructions compared with the plan's so far
-        self._plan_cmp = 0  # the plan's instructions those were compared with
-        self._constants: dict[str, torch.Tensor] = {}  # constant name -> the caller's tensor
         self._dispatch: _Dispatch | None = None
         self._open = False
         self.finished = False
@@ -200,6 +219,10 @@ class LiveSession(TorchDispatchMode):
         # them: unplanned, every operator's; planned, only the results of an operator that also
         # writes (the trace's CALL after its MUTATE makes room once the operator has run).
         self.early_bytes = 0
+
+    @property
+    def plan(self) -> tuple[Instruction, ...] | None:
+        return self._plan.instructions if self._plan is not None else None
 
     # --- figures (the engine's) -------------------------------------------------------------
     @property
@@ -228,11 +251,13 @@ class LiveSession(TorchDispatchMode):
 
     @property
     def operators(self) -> int:
-        return self.namer.operators
+        """The step's operators that made or wrote tensors (its trace's CALLs and MUTATEs)."""
+        return self.namer.operators if self._plan is None else self._ops
 
     def constant_bytes(self) -> dict[int, int]:
         """The constants' storages: data pointer -> bytes."""
-        return {data_ptr(t): t.untyped_storage().nbytes() for t in self._constants.values()}
+        held = self._constants.values() if self._plan is None else self._const_value.values()
+        return {data_ptr(t): t.untyped_storage().nbytes() for t in held}
 
     def held(self) -> list[torch.Tensor]:
         """Every value the session holds (constants included): what its memory is."""
@@ -248,6 +273,10 @@ class LiveSession(TorchDispatchMode):
 
     def tensor_id(self, t: torch.Tensor) -> int | None:
         """The engine's tensor for a live tensor or a constant of this session (None if unnamed)."""
+        if self._plan is not None:
+            if isinstance(t, LiveTensor) and t._session is self:
+                return t._tid
+            return self._const_tid.get(id(t))
         name = self.namer.name(t)
         return None if name is None else self.lowering.bound.get(name)
 
@@ -256,8 +285,12 @@ class LiveSession(TorchDispatchMode):
         if self._open or self.finished:
             raise UsageError("a LiveSession runs one step: make a new one for the next")
         self._open = True
-        self.namer.start()
-        self._sync_source()
+        if self._plan is None:
+            self.namer.start()
+            self._sync_source()
+        else:  # as the namer does: a tensor in a reference cycle must not die where a collection ran
+            self._gc_was_on = gc.isenabled()
+            gc.disable()
         return super().__enter__()
 
     def __exit__(self, exc_type, exc, tb):
@@ -269,11 +302,27 @@ class LiveSession(TorchDispatchMode):
         finally:
             self._open = False
             self.finished = True
-            self.namer.stop()
+            if self._plan is None:
+                self.namer.stop()
+            elif self._gc_was_on:
+                gc.enable()
         return result
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self.dispatch(func, args, kwargs or {})
+    def dispatch(self, func, args, kwargs):
+        """One operator of the step (the mode's handler; PyTorch leaves the mode while it runs)."""
+        if not self._open:
+            return self._outside(func, args, kwargs)
+        info = _op_info(func)
+        if info.refused:
+            raise UsageError(info.refused)
+        if self._plan is not None:
+            result = self._planned(func, info, args, kwargs or {})
+        else:
+            with self.namer.lock, _disable_current_modes():
+                result = self._unplanned(func, args, kwargs or {})
+        if self._after_op is not None:
+            self._after_op(self)
+        return result
 
     def value(self, t: torch.Tensor) -> torch.Tensor:
         """The plain tensor behind `t` (rematerialized if evicted); a plain tensor is itself."""
@@ -289,42 +338,265 @@ class LiveSession(TorchDispatchMode):
                 s.unplanned_remats += 1
         return s.values[tid]
 
-    # --- feeding the engine ----------------------------------------------------------------
     def _guarded(self, work: Callable[[], None]) -> None:
         try:
             work()
         except OutOfMemory as exc:
             raise LiveBudgetError(self._why_stuck(exc.args[0])) from None
 
-    def _sync_source(self) -> None:
-        """Lower what the namer wrote since the last call and let the engine follow. Planned, the
-        namer's instructions are checked against the plan and the plan's are lowered."""
-        if self.plan is not None:
-            self._check()
-            self._feed(self.plan, self._plan_cmp)
+    # --- the executor (the engines call these) ------------------------------------------------
+    def compute(self, op: int, tensors: list[int], remat: bool) -> int:
+        """Give `tensors` (outputs of operator `op`) values: a first run, or a replay. Returns the
+        run's cost on the session's clock."""
+        r = self.recipes[op]
+        if r is None:  # planned: made when the engine first computes it
+            r = self.recipes[op] = self._planned_recipe(op)
+        start = self._op_start[op]
+        if remat:
+            self.replays += 1
+        if r.kind == CONSTANT:
+            self._set(start, r.constant)
+            return 0
+        if r.kind == REBIND:
+            self._set(tensors[0], on_bytes(r.window, self.values[r.args[0]].untyped_storage()))
+            return 0
+        measured = None
+        if remat:
+            run = execute(r, [self.values[a] for a in r.args], replay=True)
+            measured = run.elapsed_ns
         else:
-            self._feed(self.namer.out, len(self.namer.out))
-        self._guarded(self.engine.step)
+            d = self._dispatch
+            if d.run is None:  # planned: the operator runs now, with room made and its arguments locked
+                self._first_run(d, r)
+                measured = d.run.elapsed_ns
+                if r.kind == MUTATE:
+                    self._early(d.run.results)
+            run = d.run  # else it ran already: its instructions carry the time (the first of them)
+        for t in tensors:
+            k = t - start
+            self._set(t, run.passed[r.written[k]] if r.kind == MUTATE else run.results[k])
+        if self.clock == MEASURED and measured is not None:
+            return measured
+        return self._op_cost[op]
 
-    def _check(self) -> None:
-        """The namer's instructions since the last check against the plan's, RELEASEs aside (the
-        plan's say when a name dies: the Namer's docstring says why), and annotations (a trace
-        read from a file keeps none before its START)."""
-        out, plan = self.namer.out, self.plan
-        k, j = self._checked, self._plan_cmp
-        while k < len(out):
-            x = out[k]
-            k += 1
-            if isinstance(x, _UNCHECKED):
+    def drop(self, storage: int, by_policy: bool) -> None:
+        """The engine evicted `storage`: its tensors' values go."""
+        if by_policy:
+            self.evicted.append(storage)
+        values = self.values
+        for t in self.engine.storage_tensors(storage):
+            if t < len(values):
+                values[t] = None
+
+    def _set(self, t: int, v: torch.Tensor) -> None:
+        self.values[t] = v
+        if self.windows[t] is None:
+            self.windows[t] = window_of(v)
+
+    def _early(self, tensors) -> None:
+        self.early_bytes = max(self.early_bytes, sum(t.untyped_storage().nbytes() for t in tensors))
+
+    def _why_stuck(self, need_bytes: int) -> str:
+        residents = self.engine.residents()
+        pinned = [(s, size) for s, size, pin, _ in residents if pin]
+        locked = [(s, size) for s, size, _, lock in residents if lock]
+        return (f"the budget of {self.budget_bytes:.0f} bytes cannot be met: {self.engine.memory} bytes "
+                f"resident and {need_bytes} more needed; "
+                f"pinned: {sum(size for _, size in pinned)} bytes in {len(pinned)} constants; "
+                f"locked by the operator in flight: {sum(size for _, size in locked)} bytes in storages "
+                f"{', '.join(str(s) for s, _ in locked[:8])}{' ...' if len(locked) > 8 else ''}")
+
+    def _first_run(self, d: _Dispatch, r: Recipe) -> None:
+        """The operator's one first run, on its arguments' values, and its results' wrappers."""
+        d.run = run = execute(r, [self.values[a] for a in r.args], replay=False)
+        d.wrappers = [LiveTensor(self, v) for v in run.results]
+        if self._plan is not None:
+            self._check_results(d)
+        else:
+            self._name_results(d)
+
+    def _returned(self, d: _Dispatch):
+        """What the operator returns to its caller: its own objects for what it was given (an
+        in-place operator's `self`), the wrappers for its results."""
+        run = d.run
+        wrapper_of = {id(v): w for v, w in zip(run.results, d.wrappers)}
+        out = []
+        for v in run.out_flat:
+            if isinstance(v, torch.Tensor):
+                k = next((k for k, p in enumerate(run.passed) if v is p), None)
+                v = d.inputs[k] if k is not None else wrapper_of[id(v)]
+            out.append(v)
+        return unflatten_out(out, run.out_spec)
+
+    def _outside(self, func, args, kwargs):
+        """An operator on live tensors outside their session's step: it runs on their values."""
+        flat, spec = flatten_call(args, kwargs or {})
+        with _disable_current_modes():
+            a, k = unflatten_call([self.value(x) if isinstance(x, LiveTensor) else x for x in flat], spec)
+            return func(*a, **k)
+
+    def _finish(self) -> None:
+        """Take the schedule to its end (the trace's final PINs: what is still alive), then copy each
+        written constant's final version into the caller's tensor."""
+        if self._plan is not None:
+            written = self._finish_planned()
+        else:
+            written = self._finish_unplanned()
+        done: set[int] = set()
+        for t, tid in written:
+            ptr = data_ptr(t)
+            if ptr not in done:
+                done.add(ptr)
+                t.untyped_storage().copy_(self.values[tid].untyped_storage())
+
+    # --- planned: following the plan's Groups ---------------------------------------------------
+    def _planned(self, func, info: _OpInfo, args, kwargs):
+        d, flat = _dispatch_of(func, args, kwargs)
+        tids = []
+        for i in d.tensor_leaf:
+            x = flat[i]
+            if type(x) is LiveTensor and x._session is self:
+                tids.append(x._tid)
                 continue
-            while j < len(plan) and isinstance(plan[j], _UNCHECKED):
-                j += 1
-            if j >= len(plan) or not _same(x, plan[j]):
-                want = plan[j] if j < len(plan) else "the end of the plan"
-                raise PlanMismatch(f"the step differs from its plan at the plan's instruction {j + 1}: "
-                                   f"{x} here, {want} in the plan")
-            j += 1
-        self._checked, self._plan_cmp = k, j
+            if isinstance(x, LiveTensor):  # another session's: a constant here
+                flat[i] = x = self.value(x)
+            tid = self._const_tid.get(id(x))
+            tids.append(tid if tid is not None else self._new_constant(x))
+        groups = self._plan.groups
+        g = groups[self._group] if self._group < len(groups) else None
+        if g is not None and g.name == info.name and g.args == tuple(tids) and self._named == g.constants:
+            if tuple(d.mutated) != g.mutated:
+                names = tuple(self._plan.program.tensor_names[t] for t in tids)
+                raise self._mismatch(g.index, Mutate(0, info.name, names, tuple(d.mutated), 0))
+            self._group += 1
+            d.group = g
+            self._dispatch = d
+            try:
+                self._guarded(lambda: self.engine.step_to(g.steps_end))  # the first run is in `compute`
+            finally:
+                self._dispatch = None
+            self._ops += 1 + (bool(g.mutated) and g.call_op >= 0)
+            self._move(g.moves)
+        else:
+            self._off_plan(d, info, tids, g)
+        return self._returned(d)
+
+    def _new_constant(self, x: torch.Tensor) -> int:
+        """A tensor made outside the step, met for the first time: the plan's next CONSTANT."""
+        constants, g = self._plan.constants, self._next_group()
+        nbytes = x.untyped_storage().nbytes()
+        if self._named >= len(constants) or (g is not None and self._named >= g.constants):
+            where = g.index if g is not None else None
+            raise self._mismatch(where, f"a new constant of {nbytes} bytes (a tensor made outside the step)")
+        c = constants[self._named]
+        if nbytes != c.size_bytes:
+            mem = self._plan.instructions[c.index]
+            raise self._mismatch(c.index, Memory(0, mem.name, nbytes))
+        self._named += 1
+        key = id(x)
+        self._const_obj[key] = x
+        self._const_tid[key] = self._const_first[key] = c.tensor
+        self._const_of[c.tensor] = key
+        # An alias of its storage, not the caller's object: the engine pins it, and it is kept as is.
+        self._const_value[c.tensor] = x.detach()
+        return c.tensor
+
+    def _next_group(self) -> Group | None:
+        groups = self._plan.groups
+        return groups[self._group] if self._group < len(groups) else None
+
+    def _planned_recipe(self, op: int) -> Recipe:
+        """The recipe of the plan's operator `op`, when the engine first computes it."""
+        start = self._op_start[op]
+        if start in self._const_value:
+            return Recipe(CONSTANT, [], constant=self._const_value[start])
+        rebound = self._plan.rebound.get(op)
+        if rebound is not None:
+            via, old = rebound
+            return Recipe(REBIND, [via], window=self.windows[old])
+        d = self._dispatch
+        g = d.group
+        if op == g.op and g.mutated:
+            return d.recipe(MUTATE, list(g.args))
+        return d.recipe(CALL, list(g.call_args))
+
+    def _check_results(self, d: _Dispatch) -> None:
+        """The first run's results against the plan's CALL: as many, each of the MEMORY size and
+        the ALIAS it says; the wrappers get their tensors."""
+        g, run, ins = d.group, d.run, self._plan.instructions
+        if len(run.results) != len(g.results):
+            where = g.call_index if g.call_index >= 0 else g.index
+            raise self._mismatch(where, f"{g.name} making {len(run.results)} new tensors")
+        start = self._op_start[g.call_op] if g.call_op >= 0 else 0
+        for k, (w, v, (size, alias)) in enumerate(zip(d.wrappers, run.results, g.results)):
+            nbytes = v.untyped_storage().nbytes()
+            ptr = data_ptr(v)
+            same = next((j for j, p in enumerate(run.passed) if ptr and data_ptr(p) == ptr), -1)
+            mem = g.call_index + 1 + 2 * k
+            if nbytes != size:
+                raise self._mismatch(mem, Memory(0, ins[mem].name, nbytes))
+            if same != alias:
+                raise self._mismatch(mem + 1, Alias(0, ins[mem].name, same))
+            w._tid = tid = start + k
+            if tid in self._moved:
+                self._movable[tid] = weakref.ref(w)
+
+    def _move(self, moves: tuple[tuple[int, int], ...]) -> None:
+        """A MUTATE's moves: the wrappers and constants on its old tensors now hold the new ones."""
+        for old, new in moves:
+            ref = self._movable.pop(old, None)
+            w = ref() if ref is not None else None
+            if w is not None:
+                w._tid = new
+                if new in self._moved:
+                    self._movable[new] = ref
+            key = self._const_of.pop(old, None)
+            if key is not None:
+                self._const_tid[key] = new
+                self._const_of[new] = key
+
+    def _off_plan(self, d: _Dispatch, info: _OpInfo, tids: list[int], g: Group | None) -> None:
+        """An operator that is not the plan's next: it may neither make nor write tensors (else the
+        step is not the plan's). It runs on its arguments as they are when all are resident, so
+        the planned schedule is not disturbed; else they are made resident first."""
+        names = tuple(self._plan.program.tensor_names[t] for t in tids)
+        where = g.index if g is not None else None
+        if d.mutated:
+            raise self._mismatch(where, Mutate(0, info.name, names, tuple(d.mutated), 0))
+        if self._named:  # the constants it met are in the engine's tables
+            self._guarded(lambda: self.engine.step_to(self._plan.constants[self._named - 1].steps_end))
+        quiet = all(self.values[a] is not None for a in tids)
+        if not quiet:
+            self._guarded(lambda: self.engine.prepare(tids))
+            self.unplanned_remats += 1
+        d.run = run = execute(d.recipe(CALL, tids), [self.values[a] for a in tids], replay=False)
+        if not quiet:
+            self._guarded(lambda: self.engine.finish(tids, None))
+        if run.results:
+            raise self._mismatch(where, Call(0, info.name, names, tuple("?" * len(run.results)), 0))
+
+    def _mismatch(self, index: int | None, here) -> PlanMismatch:
+        want = self._plan.instructions[index] if index is not None else "the end of the plan"
+        at = index + 1 if index is not None else len(self._plan.instructions) + 1
+        return PlanMismatch(f"the step differs from its plan at the plan's instruction {at}: {here} here, "
+                            f"{want} in the plan")
+
+    def _finish_planned(self) -> list[tuple[torch.Tensor, int]]:
+        plan = self._plan
+        left = [x.index - 1 for x in plan.constants[self._named:self._named + 1]]
+        left += [g.index for g in plan.groups[self._group:self._group + 1]]
+        if left:
+            rest = plan.rest(min(left))
+            raise PlanMismatch(f"the step ended before its plan did: {rest[0]} and {len(rest) - 1} more "
+                               f"instructions are not run")
+        self._guarded(lambda: self.engine.step_to(len(plan.program.step_kind)))
+        return [(self._const_obj[key], tid) for key, tid in self._const_tid.items() if tid != self._const_first[key]]
+
+    # --- unplanned: naming and lowering each operator as it runs ---------------------------------
+    def _sync_source(self) -> None:
+        """Lower what the namer wrote since the last call and let the engine follow."""
+        self._feed(self.namer.out, len(self.namer.out))
+        self._guarded(self.engine.step)
 
     def _feed(self, source: Sequence[Instruction], end: int) -> None:
         """Lower source[self._fed:end] and make the recipes of the operators it creates."""
@@ -346,10 +618,10 @@ class LiveSession(TorchDispatchMode):
                     low.release(release)
                 else:
                     low.call(x, sizes, aliases)
-                    self._recipe(self._aten_recipe(CALL))
+                    self._recipe(self._dispatch.recipe(CALL, self._args_of_last()))
             elif isinstance(x, Mutate):
                 low.mutate(x)
-                self._recipe(self._aten_recipe(MUTATE))
+                self._recipe(self._dispatch.recipe(MUTATE, self._args_of_last()))
             elif isinstance(x, Constant):
                 mem = source[i]
                 i += 1
@@ -357,8 +629,6 @@ class LiveSession(TorchDispatchMode):
                 self._recipe(Recipe(CONSTANT, [], constant=self._constants[x.name]))
             elif isinstance(x, Release):
                 low.release(x)
-                if self.plan is not None:
-                    self.namer.release(x.name)
             elif isinstance(x, Annotate):
                 low.annotate(x)
             else:  # Memory and Alias are taken with their CALL or CONSTANT; nothing else is written
@@ -375,71 +645,6 @@ class LiveSession(TorchDispatchMode):
         self.values.extend([None] * (n - len(self.values)))
         self.windows.extend([None] * (n - len(self.windows)))
 
-    def _aten_recipe(self, kind: str) -> Recipe:
-        d = self._dispatch
-        if d is None:
-            raise PlanMismatch(f"the plan has an operator here ({self.lowering.builder.op_names[-1]}) "
-                               f"that the step does not run")
-        return d.recipe(kind, self._args_of_last())
-
-    # --- the executor (the engine calls these) ------------------------------------------------
-    def compute(self, op: int, tensors: list[int], remat: bool) -> int:
-        """Give `tensors` (outputs of operator `op`) values: a first run, or a replay. Returns the
-        run's cost on the session's clock."""
-        r = self.recipes[op]
-        start = self.lowering.builder.op_out_start[op]
-        if remat:
-            self.replays += 1
-        if r.kind == CONSTANT:
-            self._set(start, r.constant)
-            return 0
-        if r.kind == REBIND:
-            self._set(tensors[0], on_bytes(r.window, self.values[r.args[0]].untyped_storage()))
-            return 0
-        measured = None
-        if remat:
-            run = execute(r, [self.values[a] for a in r.args], replay=True)
-            measured = run.elapsed_ns
-        else:
-            d = self._dispatch
-            if d.run is None:  # planned: the operator runs now, with room made and its arguments locked
-                self._run_first(d, r)
-                measured = d.run.elapsed_ns
-                if r.kind == MUTATE:
-                    self._early(d.run.results)
-            run = d.run  # else it ran already: its instructions carry the time (the first of them)
-        for t in tensors:
-            k = t - start
-            self._set(t, run.passed[r.written[k]] if r.kind == MUTATE else run.results[k])
-        if self.clock == MEASURED and measured is not None:
-            return measured
-        return self.lowering.builder.op_cost[op]
-
-    def drop(self, storage: int, by_policy: bool) -> None:
-        """The engine evicted `storage`: its tensors' values go."""
-        if by_policy:
-            self.evicted.append(storage)
-        values = self.values
-        for t in self.engine.storage_tensors(storage):
-            if t < len(values):
-                values[t] = None
-
-    def _set(self, t: int, v: torch.Tensor) -> None:
-        self.values[t] = v
-        if self.windows[t] is None:
-            self.windows[t] = window_of(v)
-
-    def _why_stuck(self, need_bytes: int) -> str:
-        residents = self.engine.residents()
-        pinned = [(s, size) for s, size, pin, _ in residents if pin]
-        locked = [(s, size) for s, size, _, lock in residents if lock]
-        return (f"the budget of {self.budget_bytes:.0f} bytes cannot be met: {self.engine.memory} bytes "
-                f"resident and {need_bytes} more needed; "
-                f"pinned: {sum(size for _, size in pinned)} bytes in {len(pinned)} constants; "
-                f"locked by the operator in flight: {sum(size for _, size in locked)} bytes in storages "
-                f"{', '.join(str(s) for s, _ in locked[:8])}{' ...' if len(locked) > 8 else ''}")
-
-    # --- the first run of an operator ----------------------------------------------------------
     def _name(self, x: torch.Tensor) -> str:
         """The name of an argument: a live tensor's, or a constant's (named now if new)."""
         if isinstance(x, LiveTensor) and x._session is self:
@@ -455,92 +660,36 @@ class LiveSession(TorchDispatchMode):
             self._constants[name] = x.detach()
         return name
 
-    def dispatch(self, func, args, kwargs):
-        if not self._open:
-            return self._outside(func, args, kwargs)
-        reason = _refused(func)
-        if reason:
-            raise UsageError(reason)
-        namer = self.namer
-        with namer.lock, _disable_current_modes():
-            namer.flush()
-            flat, spec = tree_flatten((args, kwargs))
-            flat = [self.value(x) if isinstance(x, LiveTensor) and x._session is not self else x for x in flat]
-            inputs = [x for x in flat if isinstance(x, torch.Tensor)]
-            namer.mark_backward()
-            arg_names = [self._name(x) for x in inputs]
-            written = written_tensors(func, *tree_unflatten(flat, spec))
-            mutated = [next(j for j, t in enumerate(inputs) if t is w) for w in written]
-            rng = rng_state(flat) if torch.Tag.nondeterministic_seeded in func.tags else None
-            d = _Dispatch(func, flat, spec, inputs, arg_names, mutated, rng)
-            self._sync_source()
-            self._dispatch = d
-            try:
-                if self.plan is not None and self._planned(d):
-                    self._guarded(self.engine.step)  # the first run happens in `compute`
-                else:
-                    self._unplanned(d)
-                result = self._returned(d)
-            finally:
-                self._dispatch = None
-        if self._after_op is not None:
-            self._after_op(self)
-        return result
-
-    def _planned(self, d: _Dispatch) -> bool:
-        """Lower the plan's instructions of this operator (releases the recorder saw during it
-        first); False if the plan has none here (an operator that neither makes nor writes)."""
-        plan, name = self.plan, str(d.func)
-        j = self._fed
-        while j < len(plan) and isinstance(plan[j], _UNCHECKED):
-            j += 1
-        first = plan[j] if j < len(plan) else None
-        if not (isinstance(first, (Call, Mutate)) and first.name == name and list(first.args) == d.arg_names):
-            return False
-        j += 1
-        if isinstance(first, Mutate):
-            while j < len(plan) and isinstance(plan[j], Call) and plan[j].name == REBIND_OP:
-                j += 4  # CALL, MEMORY, ALIAS, RELEASE
-            nxt = plan[j] if j < len(plan) else None
-            if isinstance(nxt, Call) and nxt.name == name and nxt.time_ns == 0:
-                j += 1 + 2 * len(nxt.results)
-        else:
-            j += 2 * len(first.results)
-        self._feed(plan, j)
-        return True
-
-    def _unplanned(self, d: _Dispatch) -> None:
+    def _unplanned(self, func, args, kwargs):
         """Arguments made resident and locked, the operator run, then its instructions lowered
-        and taken. An operator a plan does not have (it neither makes nor writes) is run on its
-        arguments as they are when all are resident, so the planned schedule is not disturbed."""
-        e = self.engine
-        args = [self.lowering.bound[n] for n in d.arg_names]
-        quiet = self.plan is not None and all(self.values[a] is not None for a in args)
-        if not quiet:
+        and taken."""
+        namer = self.namer
+        namer.flush()
+        d, _ = _dispatch_of(func, args, kwargs)
+        for k, x in enumerate(d.inputs):
+            if isinstance(x, LiveTensor) and x._session is not self:
+                d.inputs[k] = self.value(x)  # another session's: a constant here
+        namer.mark_backward()
+        d.arg_names = [self._name(x) for x in d.inputs]
+        self._sync_source()
+        self._dispatch = d
+        try:
+            e = self.engine
+            args = [self.lowering.bound[n] for n in d.arg_names]
             self._guarded(lambda: e.prepare(args))
-            if self.plan is not None:
-                self.unplanned_remats += 1
-        self._run_first(d, None)  # planned, an operator with results or writes is a mismatch here
-        self._early([*d.run.results, *(d.run.passed[i] for i in d.mutated)])
-        if self.plan is not None:
-            if not quiet:
-                self._guarded(lambda: e.finish(args, None))
-            return
-        first_op = len(self.recipes)
-        self._feed(self.namer.out, len(self.namer.out))
-        op = next((o for o in range(first_op, len(self.recipes)) if self.recipes[o].kind in (CALL, MUTATE)), None)
-        self._guarded(lambda: e.finish(args, op))
+            self._first_run(d, d.recipe(CALL, args))
+            self._early([*d.run.results, *(d.run.passed[i] for i in d.mutated)])
+            first_op = len(self.recipes)
+            self._feed(namer.out, len(namer.out))
+            op = next((o for o in range(first_op, len(self.recipes)) if self.recipes[o].kind in (CALL, MUTATE)), None)
+            self._guarded(lambda: e.finish(args, op))
+            return self._returned(d)
+        finally:
+            self._dispatch = None
 
-    def _early(self, tensors) -> None:
-        self.early_bytes = max(self.early_bytes, sum(t.untyped_storage().nbytes() for t in tensors))
-
-    def _run_first(self, d: _Dispatch, r: Recipe | None) -> None:
-        """The operator's one first run, on its arguments' values; the namer writes its instructions
-        (checked against the plan when there is one)."""
-        recipe = r or d.recipe(CALL, [self.lowering.bound[n] for n in d.arg_names])
-        values = [self.values[a] for a in recipe.args]
-        d.run = run = execute(recipe, values, replay=False)
-        d.wrappers = [LiveTensor(self, v) for v in run.results]
+    def _name_results(self, d: _Dispatch) -> None:
+        """The namer writes the operator's instructions."""
+        run = d.run
         results = []
         for w, v in zip(d.wrappers, run.results):
             ptr = data_ptr(v)
@@ -550,52 +699,25 @@ class LiveSession(TorchDispatchMode):
         cost = run.elapsed_ns if self.clock == MEASURED else 1
         self.namer.flush()
         self.namer.emit(str(d.func), d.arg_names, d.mutated, results, cost)
-        if self.plan is not None:
-            self._check()
 
-    def _returned(self, d: _Dispatch):
-        """What the operator returns to its caller: its own objects for what it was given (an
-        in-place operator's `self`), the wrappers for its results."""
-        run = d.run
-        wrapper_of = {id(v): w for v, w in zip(run.results, d.wrappers)}
-        out = []
-        for v in run.out_flat:
-            if isinstance(v, torch.Tensor):
-                k = next((k for k, p in enumerate(run.passed) if v is p), None)
-                v = d.inputs[k] if k is not None else wrapper_of[id(v)]
-            out.append(v)
-        return tree_unflatten(out, run.out_spec)
-
-    def _outside(self, func, args, kwargs):
-        """An operator on live tensors outside their session's step: it runs on their values."""
-        flat, spec = tree_flatten((args, kwargs))
-        with _disable_current_modes():
-            a, k = tree_unflatten([self.value(x) if isinstance(x, LiveTensor) else x for x in flat], spec)
-            return func(*a, **k)
-
-    # --- the end of the step --------------------------------------------------------------
-    def _finish(self) -> None:
-        """Pin what is still alive (the trace's final PINs), then copy each written constant's final
-        version into the caller's tensor."""
+    def _finish_unplanned(self) -> list[tuple[torch.Tensor, int]]:
         self.namer.flush()
         self._sync_source()
-        if self.plan is not None:
-            rest = [x for x in self.plan[self._plan_cmp:] if not isinstance(x, _UNCHECKED)]
-            if rest:
-                raise PlanMismatch(f"the step ended before its plan did: {rest[0]} and {len(rest) - 1} more "
-                                   f"instructions are not run")
-            self._feed(self.plan, len(self.plan))
         self.lowering.pin_outputs()
         self._guarded(self.engine.step)
-        done: set[int] = set()
+        written = []
         for name, t in self._constants.items():
             tid = self.lowering.bound[name]
             original = self.recipes[self.lowering.builder.t_op[tid]]
-            if original.kind == CONSTANT and original.constant is t:
-                continue  # not written in the step
-            ptr = data_ptr(t)
-            if ptr in done:
-                continue
-            done.add(ptr)
-            v = self.values[tid]
-            t.untyped_storage().copy_(v.untyped_storage())
+            if not (original.kind == CONSTANT and original.constant is t):
+                written.append((t, tid))
+        return written
+
+
+def _handler(self, func, types, args=(), kwargs=None):
+    return self.dispatch(func, args, kwargs)
+
+
+# The mode's handler, set after the class is made: TorchDispatchMode wraps a handler defined in the
+# class body in dynamo's "disable", which costs microseconds an operator; a live step runs eagerly.
+LiveSession.__torch_dispatch__ = _handler

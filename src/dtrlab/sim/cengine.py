@@ -205,15 +205,14 @@ def run_observed(program: Program, budget_bytes: int | None, policy: Policy, run
 
 class Follower:
     """The compiled engine on a whole program whose schedule a source takes a step at a time: the
-    live runtime following its plan (live/session.py). The interface is pyengine.Engine.follow's,
-    for a source that lowers nothing the program lacks: `step()` takes the steps of `steps` (the
-    source's schedule as it grows, a prefix of the program's) not yet taken; `prepare`, `finish`
-    (with no operator), `materialize` and `evict` as the Python engine's; the executor is told
-    `compute(op, tensors, remat) -> cost` and `drop(storage, by_policy)`. fixed_costs: the
-    executor's costs are the program's (a logical clock); else a first run's cost replaces it.
-    Raises pyengine.OutOfMemory as the Python engine does."""
+    live runtime following its plan (live/session.py). The interface is pyengine.Engine.follow_program's:
+    `step_to(end)` takes the steps before `end` not yet taken (`step()`, those the source has
+    reached); `prepare`, `finish` (with no operator), `materialize` and `evict` as the Python
+    engine's; the executor is told `compute(op, tensors, remat) -> cost` and `drop(storage,
+    by_policy)`. fixed_costs: the executor's costs are the program's (a logical clock); else a
+    first run's cost replaces it. Raises pyengine.OutOfMemory as the Python engine does."""
 
-    def __init__(self, program: Program, steps: list, executor, budget_bytes: float, policy: Policy,
+    def __init__(self, program: Program, executor, budget_bytes: float, policy: Policy,
                  runtime: Runtime, seed: int, fixed_costs: bool) -> None:
         bufs = dict(_prepared(program))
         bufs["op_cost"] = bufs["op_cost"].copy()  # its own: a measured clock rewrites it
@@ -223,7 +222,7 @@ class Follower:
                                     runtime.optimized and NEIGHBORHOOD in policy.needs,
                                     runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
                                     int(seed) & 0x7FFFFFFFFFFFFFFF, executor, fixed_costs)
-        self._steps = steps
+        self._avail = 0
         self._tptr, self._tensors = bufs["s_tptr"].tolist(), bufs["s_tensors"].tolist()
         self._sizes = program.storage_size_bytes.tolist()
 
@@ -233,8 +232,13 @@ class Follower:
 
             raise OutOfMemory(self._f.counters()["need"])
 
+    def step_to(self, end: int) -> None:
+        if end > self._avail:
+            self._avail = end
+        self.step()
+
     def step(self) -> None:
-        self._outcome(self._f.step(len(self._steps)))
+        self._outcome(self._f.step(self._avail))
 
     def prepare(self, args: list[int]) -> None:
         self.step()

@@ -168,6 +168,7 @@ class Engine:
         self.s_remats: list[int] | None = [] if self.history_on else None
         self._score = _formula_score(self, policy.formula) if policy.formula is not None else self._function_score
         self._steps: list = []
+        self._avail: int | None = None  # a followed program's steps the source has reached (None: all)
         self.steps_done = 0
         if program is not None:
             self._grow()
@@ -184,6 +185,19 @@ class Engine:
         e.t_storage, e.t_op, e.op_cost, e.op_start, e.op_nout = b.t_storage, b.t_op, b.op_cost, b.op_out_start, b.op_n_out
         e.t_size, e._arg_ptr, e._args, e.s_size, e.s_root = b.t_size, b.op_arg_ptr, b.op_args, b.s_size, b.s_root
         e._steps = b.steps
+        return e
+
+    @classmethod
+    def follow_program(cls, program: Program, executor, budget_bytes: float, policy: Policy, runtime: Runtime,
+                       seed: int = 0) -> "Engine":
+        """An engine on a whole program whose schedule a source takes a step at a time (`step_to`),
+        telling `executor` what to run and drop as `follow` does (a live step following its plan)."""
+        if runtime.banishing:
+            raise UsageError(f"runtime {runtime.name}: a followed source supports the runtimes without banishing")
+        e = cls(program, budget_bytes, policy, runtime, INF, seed)
+        e.ex = executor
+        e._steps = list(zip(program.step_kind.tolist(), program.step_target.tolist()))
+        e._avail = 0
         return e
 
     def _grow(self) -> None:
@@ -623,10 +637,16 @@ class Engine:
         Raises OutOfMemory."""
         self._grow()
         steps = self._steps
-        while self.steps_done < len(steps) and steps[self.steps_done] != until:
+        end = len(steps) if self._avail is None else self._avail
+        while self.steps_done < end and steps[self.steps_done] != until:
             kind, x = steps[self.steps_done]
             self.steps_done += 1
             self._step(kind, x)
+
+    def step_to(self, end: int) -> None:
+        """A followed program's source has reached step `end`: take the steps before it. Raises OutOfMemory."""
+        self._avail = max(self._avail, end)
+        self.step()
 
     def prepare(self, args: list[int]) -> None:
         """Make an operator's arguments resident and lock them before the operator is known (its
