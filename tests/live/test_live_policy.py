@@ -260,3 +260,23 @@ def test_an_error_of_the_executor_ends_a_compiled_run(monkeypatch):
             step()
     with pytest.raises(RuntimeError, match="the run is over"):
         s.engine.step()
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_a_finished_session_is_collected_with_its_values(engine):
+    """A session and its engine hold each other (the engine calls the session back): the cycle is
+    the collector's to break, so a finished session, and the values it held, do not outlive it
+    once its live tensors are gone (each holds its session)."""
+    import gc
+    import weakref
+
+    step = _chain()
+    session = LiveSession(plan=record(step).instructions, engine=engine)
+    with session:
+        out = step()
+    held = [weakref.ref(v) for v in session.held()]
+    gone = weakref.ref(session)
+    del session, out
+    gc.collect()
+    assert gone() is None
+    assert sum(r() is not None for r in held) < len(held)  # the step's own tensors went with it

@@ -47,22 +47,19 @@ def data_ptr(t: torch.Tensor) -> int:
 _SEQ = (list, tuple)
 
 
-def _nested(x) -> bool:
-    t = type(x)
-    return t is dict or ((t is list or t is tuple) and any(type(y) in _SEQ or type(y) is dict for y in x))
-
-
 def flatten_call(args: tuple, kwargs: dict) -> tuple[list, object]:
     """(leaves, spec) of an operator's arguments; `unflatten_call` rebuilds them from new leaves."""
-    values = (*args, *kwargs.values())
-    if any(_nested(v) for v in values):
-        return tree_flatten((args, kwargs))
     flat, shape = [], []
-    for v in values:
+    for v in (*args, *kwargs.values()) if kwargs else args:
         t = type(v)
         if t is list or t is tuple:
+            for y in v:
+                if type(y) in _SEQ or type(y) is dict:
+                    return tree_flatten((args, kwargs))
             shape.append((t, len(v)))
             flat.extend(v)
+        elif t is dict:
+            return tree_flatten((args, kwargs))
         else:
             shape.append(None)
             flat.append(v)
@@ -157,6 +154,14 @@ class Recipe:
         self.constant = constant
 
 
+def _written_copy(v: torch.Tensor) -> torch.Tensor:
+    """The same window as v on a copy of its storage's bytes."""
+    raw = v.untyped_storage()
+    if v.storage_offset() == 0 and v.is_contiguous() and v.numel() * v.element_size() == raw.nbytes():
+        return v.clone()  # it is its whole storage: one copy, strides and all
+    return on_bytes(window_of(v), raw.clone())
+
+
 def execute(r: Recipe, arg_values: list[torch.Tensor], replay: bool) -> Run:
     """Run the recipe's aten call on these argument values. Every written argument gets a window
     on a copy of its storage's bytes (one copy per storage), so nothing the caller holds is written;
@@ -165,13 +170,16 @@ def execute(r: Recipe, arg_values: list[torch.Tensor], replay: bool) -> Run:
     values = list(r.leaves)
     for leaf, v in zip(r.tensor_leaf, arg_values):
         values[leaf] = v
-    copies: dict[int, torch.UntypedStorage] = {}
-    for i in r.written:
-        v = arg_values[i]
-        key = data_ptr(v) or -id(v)
-        if key not in copies:
-            copies[key] = v.untyped_storage().clone()
-        values[r.tensor_leaf[i]] = on_bytes(window_of(v), copies[key])
+    if r.written:
+        copies: dict[int, torch.Tensor] = {}  # storage -> the first written tensor's copy
+        for i in r.written:
+            v = arg_values[i]
+            key = data_ptr(v) or -id(v)
+            first = copies.get(key)
+            if first is None:
+                copies[key] = values[r.tensor_leaf[i]] = _written_copy(v)
+            else:  # another tensor on a storage already copied: its window on that copy
+                values[r.tensor_leaf[i]] = on_bytes(window_of(v), first.untyped_storage())
     passed = [values[leaf] for leaf in r.tensor_leaf]
     args, kwargs = unflatten_call(values, r.spec)
     if r.rng is None or not replay:

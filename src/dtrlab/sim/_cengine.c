@@ -372,6 +372,7 @@ typedef struct {
     int nomem;
     /* a followed source (the Follower type): its executor, told what to run and what to drop */
     PyObject *ex;  /* NULL on a trace */
+    PyObject *ex_compute, *ex_drop; /* its bound methods */
     int pyerr;     /* the executor raised: its exception is set */
     i64 need;      /* the bytes an OOM could not make room for */
 } St;
@@ -1009,7 +1010,7 @@ static void evict_trust(St *S, i32 s) {
 static void evict(St *S, i32 s, int by_policy) {
     const Prog *p = S->p;
     if (S->ex && !S->pyerr) {
-        PyObject *r = PyObject_CallMethod(S->ex, "drop", "ii", (int)s, by_policy);
+        PyObject *r = PyObject_CallFunction(S->ex_drop, "ii", (int)s, by_policy);
         if (r) Py_DECREF(r); else S->pyerr = 1;
     }
     S->material[s] = 0;
@@ -1144,7 +1145,7 @@ static i64 run_executor(St *S, i32 op, i32 t, int remat, i64 cost) {
         bad = !item || PyList_Append(ts, item) < 0;
         Py_XDECREF(item);
     }
-    PyObject *r = bad ? NULL : PyObject_CallMethod(S->ex, "compute", "iOi", (int)op, ts, remat);
+    PyObject *r = bad ? NULL : PyObject_CallFunction(S->ex_compute, "iOi", (int)op, ts, remat);
     Py_XDECREF(ts);
     i64 c = r ? PyLong_AsLongLong(r) : -1;
     Py_XDECREF(r);
@@ -1718,9 +1719,27 @@ typedef struct {
     i32 done; /* schedule steps taken */
 } Follower;
 
+/* The executor holds the follower (a session holds its engine) and the follower the executor: a
+ * cycle the collector must see. */
+static int follower_traverse(Follower *F, visitproc visit, void *arg) {
+    Py_VISIT(F->S.ex);
+    Py_VISIT(F->S.ex_compute);
+    Py_VISIT(F->S.ex_drop);
+    return 0;
+}
+
+static int follower_clear(Follower *F) {
+    Py_CLEAR(F->S.ex);
+    Py_CLEAR(F->S.ex_compute);
+    Py_CLEAR(F->S.ex_drop);
+    F->over = 1; /* no executor to call any more */
+    return 0;
+}
+
 static void follower_dealloc(Follower *F) {
+    PyObject_GC_UnTrack(F);
+    follower_clear(F);
     if (F->have_state) {
-        Py_CLEAR(F->S.ex);
         st_free(&F->S);
         for (int i = 0; i < N_BUFS; i++) PyBuffer_Release(&F->views[i]);
         if (F->have_code) { PyBuffer_Release(&F->code); PyBuffer_Release(&F->floats); }
@@ -1760,6 +1779,13 @@ static int follower_init(Follower *F, PyObject *args, PyObject *kw) {
     if (st_init(&F->S, &F->P, budget, F->have_code ? &F->code : NULL, &F->floats, eager, regions, eq, history,
                 INFINITY, seed, 0, 0, fixed) < 0)
         goto fail_code;
+    F->S.ex_compute = PyObject_GetAttrString(ex, "compute");
+    F->S.ex_drop = F->S.ex_compute ? PyObject_GetAttrString(ex, "drop") : NULL;
+    if (!F->S.ex_drop) {
+        Py_CLEAR(F->S.ex_compute);
+        st_free(&F->S);
+        goto fail_code;
+    }
     Py_INCREF(ex);
     F->S.ex = ex;
     F->have_state = 1;
@@ -1914,7 +1940,9 @@ static PyTypeObject FollowerType = {
     .tp_name = "dtrlab.sim._cengine.Follower",
     .tp_basicsize = sizeof(Follower),
     .tp_dealloc = (destructor)follower_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)follower_traverse,
+    .tp_clear = (inquiry)follower_clear,
     .tp_doc = "The compiled engine on a whole program, its schedule taken a step at a time by a source.",
     .tp_methods = FOLLOWER_METHODS,
     .tp_init = (initproc)follower_init,

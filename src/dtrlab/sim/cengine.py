@@ -235,7 +235,8 @@ class Follower:
     def step_to(self, end: int) -> None:
         if end > self._avail:
             self._avail = end
-        self.step()
+        if self._f.step(self._avail):
+            self._outcome(1)
 
     def step(self) -> None:
         self._outcome(self._f.step(self._avail))
