@@ -1,11 +1,16 @@
 """The live runtime's machinery: a zoo model's training step under a LiveSession against the plain step.
 
-At an unbounded budget (nothing evicted: naming, lowering, the engine's bookkeeping, recipes and
-wrappers only), unplanned and following the step's capture (planned); then at ratio 0.5 of the
-plan's peak on the logical clock, the wall time's ratio to a plain step beside the overhead the
-simulation of the plan predicts (clock / compute) for the same decisions.
+At an unbounded budget (nothing evicted: the machinery only), as ratios to the plain step's wall
+time: a dispatch mode that does nothing but call each operator (the floor of any runtime that
+sees every aten operator from Python), unplanned (named and lowered as it runs, on the Python
+engine), and following the step's capture (planned) on the compiled engine and on the Python one.
+Then at ratio 0.5 of the plan's peak on the logical clock, planned on the compiled engine: the
+outcome and the wall time's ratio to a plain step, beside the overhead the simulation of the plan
+predicts (clock / compute) for the same decisions.
 
-Medians of repeated steps in one process, one thread. Run: `make bench` or
+Each round times every variant once, in turn, so that a busy machine slows them alike, each after
+a full collection (another variant's garbage is not its cost); the figures are medians over
+rounds, in one process, one thread. Run: `make bench` or
 `python benchmarks/bench_live.py [--repeat N] [--models resnet32,lstm] [--tiny]` (--tiny: the test
 sizes; default: the sizes the zoo's traces ship at, capture/ship.py). Needs torch (the capture extra).
 """
@@ -13,11 +18,26 @@ sizes; default: the sizes the zoo's traces ship at, capture/ship.py). Needs torc
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
 import sys
-
-from _timing import median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
+import time
 
 RATIO = 0.5
+
+
+def _rounds(variants: dict, repeat: int) -> dict[str, float]:
+    """Median seconds of each variant over `repeat` rounds, each round timing every variant once
+    (after one warm-up round)."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for k in range(repeat + 1):
+        for name, fn in variants.items():
+            gc.collect()  # the last variant's garbage is not this one's to collect
+            t0 = time.perf_counter()
+            fn()
+            if k:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def main() -> int:
@@ -28,40 +48,53 @@ def main() -> int:
     args = ap.parse_args()
     try:
         import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
     except ModuleNotFoundError:
         print("skipped: torch is not installed (pip install -e '.[capture]')")
         return 0
     from dtrlab.capture.recorder import record
-    from dtrlab.capture.save import to_program
     from dtrlab.capture.ship import SHIPPED_SIZES
     from dtrlab.capture.zoo import ZOO
     from dtrlab.live.runs import live_step, simulate_plan
-    from dtrlab.live.session import LiveSession
+    from dtrlab.live.session import LiveSession, make_plan
     from dtrlab.sim.simulate import budget_from_ratio
+
+    class CallOnly(TorchDispatchMode):
+        pass
+
+    def call_only(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+    CallOnly.__torch_dispatch__ = call_only  # as LiveSession's handler: no dynamo guard around it
 
     torch.set_num_threads(1)
     names = [n for n in args.models.split(",") if n] or list(ZOO)
-    print(f"{'model':12} {'ops':>6} {'plain s':>9} {'unplanned':>10} {'planned':>9}   at {RATIO}: {'outcome':>7} "
-          f"{'wall ratio':>10} {'predicted':>9}  (median of {args.repeat}, {'tiny' if args.tiny else 'shipped'} sizes)")
+    print(f"{'model':12} {'ops':>6} {'plain s':>8} {'floor':>7} {'unplanned':>10} {'planned c':>10} "
+          f"{'planned py':>11}   at {RATIO}: {'outcome':>7} {'wall ratio':>10} {'predicted':>9}  "
+          f"(medians of {args.repeat} rounds, {'tiny' if args.tiny else 'shipped'} sizes)")
     for name in names:
         torch.manual_seed(0)
         step = ZOO[name].make(**(ZOO[name].tiny if args.tiny else SHIPPED_SIZES[name]))
         step()
         capture = record(step)
-        plain = median_seconds(step, args.repeat, warm=True)
+        plan = make_plan(capture.instructions)
 
-        def live(plan=None) -> None:
-            with LiveSession(plan=plan):
-                step()
+        def under(mode_of):
+            def run() -> None:
+                with mode_of():
+                    step()
+            return run
 
-        unplanned = median_seconds(live, args.repeat, warm=True)
-        planned = median_seconds(lambda: live(capture.instructions), args.repeat, warm=True)
-        program = to_program(capture, name)
-        budget = budget_from_ratio(program, RATIO)
-        run = live_step(step, budget, "dtr", "logical", 0, "cpu", capture.instructions)
-        sim = simulate_plan(program, budget, "dtr", 0)
+        t = _rounds({"plain": step, "floor": under(CallOnly), "unplanned": under(LiveSession),
+                     "c": under(lambda: LiveSession(plan=plan, engine="c")),
+                     "python": under(lambda: LiveSession(plan=plan, engine="python"))}, args.repeat)
+        plain = t["plain"]
+        budget = budget_from_ratio(plan.program, RATIO)
+        run = live_step(step, budget, "dtr", "logical", 0, "cpu", plan, engine="c")
+        sim = simulate_plan(plan.program, budget, "dtr", 0)
         predicted = f"{sim.overhead:9.3f}" if sim.overhead else f"{'oom':>9}"
-        print(f"{name:12} {capture.operators:6d} {plain:9.4f} {unplanned / plain:9.2f}x {planned / plain:8.2f}x   "
+        print(f"{name:12} {capture.operators:6d} {plain:8.4f} {t['floor'] / plain:6.2f}x "
+              f"{t['unplanned'] / plain:9.2f}x {t['c'] / plain:9.2f}x {t['python'] / plain:10.2f}x   "
               f"at {RATIO}: {run.outcome:>7} {run.wall_s / plain:9.2f}x {predicted}", flush=True)
     return 0
 

@@ -187,6 +187,7 @@ class LiveSession(TorchDispatchMode):
             self.recipes: list[Recipe | None] = []  # per engine operator
             self._constants: dict[str, torch.Tensor] = {}  # constant name -> the caller's tensor
             self._fed = 0  # instructions of the namer's lowered so far
+            self._windowed = None  # every tensor's window is kept (a move may take it again)
         else:
             program = self._plan.program
             if compiled and engine != "python":
@@ -206,6 +207,7 @@ class LiveSession(TorchDispatchMode):
             self._const_of: dict[int, int] = {}  # a constant's current version -> the caller's tensor's id
             self._const_value: dict[int, torch.Tensor] = {}  # a constant's tensor -> its value (an alias)
             self._moved = {old for g in self._plan.groups for old, _ in g.moves}
+            self._windowed = {old for _, old in self._plan.rebound.values()}  # the windows the moves take
             self._movable: dict[int, weakref.ref] = {}  # a tensor a MUTATE moves -> its wrapper
             self._ops = 0
         self.engine_name = "c" if isinstance(self.engine, cengine.Follower) else "python"
@@ -390,7 +392,7 @@ class LiveSession(TorchDispatchMode):
 
     def _set(self, t: int, v: torch.Tensor) -> None:
         self.values[t] = v
-        if self.windows[t] is None:
+        if self.windows[t] is None and (self._windowed is None or t in self._windowed):
             self.windows[t] = window_of(v)
 
     def _early(self, tensors) -> None:
@@ -408,11 +410,11 @@ class LiveSession(TorchDispatchMode):
 
     def _first_run(self, d: _Dispatch, r: Recipe) -> None:
         """The operator's one first run, on its arguments' values, and its results' wrappers."""
-        d.run = run = execute(r, [self.values[a] for a in r.args], replay=False)
-        d.wrappers = [LiveTensor(self, v) for v in run.results]
+        d.run = execute(r, [self.values[a] for a in r.args], replay=False)
         if self._plan is not None:
             self._check_results(d)
         else:
+            d.wrappers = [LiveTensor(self, v) for v in d.run.results]
             self._name_results(d)
 
     def _returned(self, d: _Dispatch):
@@ -461,7 +463,7 @@ class LiveSession(TorchDispatchMode):
                 tids.append(x._tid)
                 continue
             if isinstance(x, LiveTensor):  # another session's: a constant here
-                flat[i] = x = self.value(x)
+                x = self.value(x)
             tid = self._const_tid.get(id(x))
             tids.append(tid if tid is not None else self._new_constant(x))
         groups = self._plan.groups
@@ -472,6 +474,10 @@ class LiveSession(TorchDispatchMode):
                 raise self._mismatch(g.index, Mutate(0, info.name, names, tuple(d.mutated), 0))
             self._group += 1
             d.group = g
+            # its recipes: the MUTATE's and its CALL's (the same run) are this dispatch's
+            self.recipes[g.op] = d.recipe(MUTATE if g.mutated else CALL, g.args)
+            if g.call_op != g.op and g.call_op >= 0:
+                self.recipes[g.call_op] = d.recipe(CALL, g.call_args)
             self._dispatch = d
             try:
                 self._guarded(lambda: self.engine.step_to(g.steps_end))  # the first run is in `compute`
@@ -508,30 +514,25 @@ class LiveSession(TorchDispatchMode):
         return groups[self._group] if self._group < len(groups) else None
 
     def _planned_recipe(self, op: int) -> Recipe:
-        """The recipe of the plan's operator `op`, when the engine first computes it."""
+        """The recipe of a constant or a move of the plan, when the engine first computes it (an
+        operator's own are made when it is dispatched)."""
         start = self._op_start[op]
         if start in self._const_value:
             return Recipe(CONSTANT, [], constant=self._const_value[start])
-        rebound = self._plan.rebound.get(op)
-        if rebound is not None:
-            via, old = rebound
-            return Recipe(REBIND, [via], window=self.windows[old])
-        d = self._dispatch
-        g = d.group
-        if op == g.op and g.mutated:
-            return d.recipe(MUTATE, list(g.args))
-        return d.recipe(CALL, list(g.call_args))
+        via, old = self._plan.rebound[op]
+        return Recipe(REBIND, [via], window=self.windows[old])
 
     def _check_results(self, d: _Dispatch) -> None:
         """The first run's results against the plan's CALL: as many, each of the MEMORY size and
-        the ALIAS it says; the wrappers get their tensors."""
+        the ALIAS it says; their wrappers, with their tensors."""
         g, run, ins = d.group, d.run, self._plan.instructions
         if len(run.results) != len(g.results):
             where = g.call_index if g.call_index >= 0 else g.index
             raise self._mismatch(where, f"{g.name} making {len(run.results)} new tensors")
         start = self._op_start[g.call_op] if g.call_op >= 0 else 0
         ptrs = [data_ptr(p) for p in run.passed]
-        for k, (w, v, (size, alias)) in enumerate(zip(d.wrappers, run.results, g.results)):
+        d.wrappers = wrappers = []
+        for k, (v, (size, alias)) in enumerate(zip(run.results, g.results)):
             raw = v.untyped_storage()
             nbytes = raw.nbytes()
             ptr = raw.data_ptr() if nbytes else 0
@@ -541,6 +542,8 @@ class LiveSession(TorchDispatchMode):
                 raise self._mismatch(mem, Memory(0, ins[mem].name, nbytes))
             if same != alias:
                 raise self._mismatch(mem + 1, Alias(0, ins[mem].name, same))
+            w = LiveTensor(self, v)
+            wrappers.append(w)
             w._tid = tid = start + k
             if tid in self._moved:
                 self._movable[tid] = weakref.ref(w)
