@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from enum import Enum
 from typing import Any, List, Optional
 
 import typer
@@ -18,7 +17,7 @@ from .coercion import plain_coercions
 from .errors import DtrlabError
 from .defaults import DEFAULT_POLICY
 from .defaults import DEFAULT_RUNTIME
-from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
+from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT, EngineName
 from .output import clean, console, print_json
 from .trace import resolve_source
 from .trace.fetch import DEFAULT_NAME, SHA256, URL
@@ -183,12 +182,6 @@ def trace_info(
 
 
 # --- simulate ---------------------------------------------------------------------------------
-
-
-class EngineName(str, Enum):
-    auto = "auto"
-    c = "c"
-    python = "python"
 
 
 _RESULT_KEYS = ("outcome", "overhead", "clock_ns", "baseline_compute_ns", "baseline_peak_bytes",

@@ -8,3 +8,4 @@ DEFAULT_RUNTIME = "eager-optimized"  # the reference's RuntimeV2EagerOptimized, 
 DEFAULT_SWITCH_FACTOR = 2.0
 # The live runtime's clocks (dtrlab run --clock): a cost table from the captured trace, or real time.
 LIVE_CLOCKS = ("logical", "measured")
+ENGINES = ("auto", "c", "python")  # the engines by name; auto: the compiled one wherever it runs the run

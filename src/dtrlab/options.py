@@ -5,7 +5,11 @@ Declared once here and shared by the command modules (typer reuses a parameter's
 
 from __future__ import annotations
 
+from enum import Enum
+
 import typer
+
+from .defaults import ENGINES
 
 SOURCE_HELP = ("A trace file (.log/.jsonl, maybe .gz), a folder with manifest.json, or a logs.zip "
                "(default: the traces shipped with dtrlab).")
@@ -16,5 +20,7 @@ TRACES_OPT = typer.Option(None, "--traces", metavar="NAME",
 POLICIES_FILE_OPT = typer.Option(None, "--policies", metavar="FILE",
                                  help="A TOML file of named score formulas ([policies.NAME] score = \"...\"); "
                                       "see docs/policies.md.")
+EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)  # --engine's choices
+
 POLICY_HELP = ("Eviction policy: a name (see `dtrlab policies`), a formula 'score: ...', or a Python "
                "function module:function.")

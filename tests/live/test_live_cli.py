@@ -55,17 +55,19 @@ def _by_hand(step, capture, ratio: float, policy: str):
 BIGGER = {name: ZOO[name].roomy for name in ZOO}  # room to evict: ZooModel.small
 
 
-@pytest.mark.parametrize("name, ratio, policy", [("lstm", 0.9, "dtr"), ("resnet32", 0.9, "lru")])
-def test_run_json_figures_are_a_live_session_s(name, ratio, policy, capsys, monkeypatch):
+@pytest.mark.parametrize("name, ratio, policy, engine", [("lstm", 0.9, "dtr", "auto"), ("resnet32", 0.9, "lru", "auto"),
+                                                    ("resnet32", 0.9, "dtr", "python")])
+def test_run_json_figures_are_a_live_session_s(name, ratio, policy, engine, capsys, monkeypatch):
     step, capture = _prepared(name, monkeypatch, **BIGGER[name])
     code, out, _ = _cli(["run", name, *_sizes(name, **BIGGER[name]), "--ratio", ratio, "--policy", policy,
-                         "--json"], capsys)
+                         "--engine", engine, "--json"], capsys)
     assert code in (0, None)
     got = json.loads(out)
     session, outcome = _by_hand(step, capture, ratio, policy)
     program = to_program(capture)
     assert (got["plan"], got["budget_bytes"]) == ("captured", budget_from_ratio(program, ratio))
     (live,) = got["steps"]
+    assert live["engine"] == ("c" if engine == "auto" else engine) == got["engine"]
     assert live["outcome"] == outcome == "ok"
     assert live["evictions"] > 0  # the budget bites: the figures below are not an unbounded run's
     assert (live["peak_bytes"], live["evictions"], live["eager_evictions"], live["remats"],

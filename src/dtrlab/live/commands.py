@@ -13,7 +13,7 @@ import typer
 from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, make_step
 from ..defaults import DEFAULT_POLICY, LIVE_CLOCKS
 from ..errors import UsageError
-from ..options import POLICIES_FILE_OPT, POLICY_HELP
+from ..options import POLICIES_FILE_OPT, POLICY_HELP, EngineName
 from ..output import clean, console, print_json
 
 
@@ -43,6 +43,9 @@ def run(
                                      help="Also simulate the plan, side by side, and say whether the "
                                           "decisions are the same."),
     seed: int = typer.Option(0, "--seed", help="Seed of torch (the model's weights, dropout) and of the random policy."),
+    engine: EngineName = typer.Option(EngineName.auto, "--engine",
+                                      help="The engine that decides: auto (the compiled one wherever it runs "
+                                           "the policy), c or python (the decisions are the same)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run a real training step under a memory budget, evicting and rematerializing (DTR, live)."""
@@ -69,8 +72,10 @@ def run(
     from .runs import run_live, same_decisions
 
     report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
-                      steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text)
+                      steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text,
+                      engine=engine.value)
     head = {"model": label, "device": device, "policy": policy, "clock": clock, "ratio": ratio,
+            "engine": report.steps[0].engine,
             "plan": plan or "captured", "budget_bytes": report.budget_bytes,
             "plan_peak_bytes": report.plan_peak_bytes, "plain_wall_s": report.plain_wall_s}
     if as_json:
@@ -92,7 +97,8 @@ def _print_table(head: dict, report) -> None:
 
     ratio = f", ratio {head['ratio']:g} of the plan's peak" if head["ratio"] is not None else ""
     table = Table(title=f"{head['model']} on {head['device']}: {head['policy']}, {head['clock']} clock, "
-                        f"budget {_bytes(head['budget_bytes'])}{ratio}", title_justify="left")
+                        f"budget {_bytes(head['budget_bytes'])}{ratio} ({head['engine']} engine)",
+                  title_justify="left")
     table.add_column("")
     live = report.steps
     for r in live:

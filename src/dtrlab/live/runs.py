@@ -60,10 +60,12 @@ class LiveRun(Figures):
     those of the step until then); wall_s: the step's wall time, pinning its outputs included;
     unplanned_remats: replays the plan does not have (values read outside an operator);
     early_bytes: the most bytes of new tensors that existed before room was made for them (the
-    session's `early_bytes`: what the process may hold above the budget); cuda_*: the CUDA
+    session's `early_bytes`: what the process may hold above the budget); engine: the one that
+    decided ("c" or "python"); cuda_*: the CUDA
     allocator's own figures (None on CPU)."""
 
     step: int = 1
+    engine: str = "python"
     error: str | None = None
     wall_s: float = 0.0
     unplanned_remats: int = 0
@@ -155,7 +157,7 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
     return LiveRun(OK if error is None else OOM, int(budget_bytes), session.peak_bytes, session.evictions,
                    session.eager_evictions, session.replays, session.clock_ns, session.remat_ns,
                    overhead_of(session.clock_ns, session.remat_ns) if error is None else None,
-                   tuple(session.evicted), step=number, error=error, wall_s=wall_s,
+                   tuple(session.evicted), step=number, engine=session.engine_name, error=error, wall_s=wall_s,
                    unplanned_remats=session.unplanned_remats, early_bytes=session.early_bytes,
                    cuda_peak_bytes=cuda_peak,
                    cuda_outside_bytes=outside)
@@ -177,7 +179,7 @@ def simulate_plan(program, budget_bytes: int, policy: str, seed: int) -> SimRun:
 
 def run_live(step: Callable[[], object], label: str, *, ratio: float | None, budget_bytes: int | None,
              policy: str, clock: str, steps: int, device: str, seed: int, compare_sim: bool,
-             plan: TraceText | None = None) -> RunReport:
+             plan: TraceText | None = None, engine: str = "auto") -> RunReport:
     """A warm-up step, PLAIN_REPEATS timed plain steps (their median), the plan (a capture of the step,
     written and read back, unless one is given), then `steps` budgeted live steps following it, and
     the plan's simulation. A ratio is of the plan's peak, as `dtrlab simulate` takes it."""
@@ -192,6 +194,7 @@ def run_live(step: Callable[[], object], label: str, *, ratio: float | None, bud
     followed = make_plan(plan)
     program = followed.program
     budget = budget_of(program, ratio, budget_bytes)
-    runs = tuple(live_step(step, budget, policy, clock, seed, device, followed, k + 1) for k in range(steps))
+    runs = tuple(live_step(step, budget, policy, clock, seed, device, followed, k + 1, engine)
+                 for k in range(steps))
     sim = simulate_plan(program, budget, policy, seed) if compare_sim else None
     return RunReport(plain_wall_s, baseline(program).peak_bytes, budget, runs, sim)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..defaults import ENGINES
 from ..errors import UsageError
 from ..trace.cache import STORED_BASELINE, remember_baseline
 from ..trace.lower import Program
@@ -83,7 +84,6 @@ def budget_from_ratio(program: Program, ratio: float | str) -> int:
                               f"the budget of ratio {ratio} on {program.name}")
 
 
-ENGINES = ("auto", "c", "python")
 
 
 def compiled_available() -> bool:

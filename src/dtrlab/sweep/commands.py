@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import UsageError
-from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
+from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT, EngineName
 from ..output import console
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
@@ -40,12 +40,6 @@ TIMEOUT_OPT = typer.Option(None, "--timeout", metavar="S",
                            help="Stop a run after S seconds (outcome timeout); its process is killed.")
 OVERHEAD_LIMIT_OPT = typer.Option(None, "--overhead-limit", metavar="X",
                                   help="Stop a run with remat_limit (infeasible) once its overhead must exceed X.")
-
-
-class EngineName(str, Enum):
-    auto = "auto"
-    c = "c"
-    python = "python"
 
 
 class ExportFormat(str, Enum):
