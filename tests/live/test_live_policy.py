@@ -3,6 +3,8 @@ computations on small steps, against a plan's costs, and against `simulate` on t
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
@@ -130,6 +132,41 @@ def test_a_plan_of_another_step_is_refused():
     short = record(_chain(n=2))  # another x: its own constant, then fewer operators
     with pytest.raises(PlanMismatch):
         _run(step, plan=short.instructions)
+
+
+def test_each_difference_from_the_plan_is_named_with_the_plan_s_instruction():
+    """The plan's instruction at the first difference, with what the step did there instead: a
+    result of another size, a write the plan does not have, an operator the plan does not have
+    that makes a tensor, and a step that ends before its plan does."""
+    x = torch.rand(64)
+
+    def repeat(k):
+        return lambda: [x.repeat(k).exp()]
+
+    def mismatch(step, plan) -> str:
+        with pytest.raises(PlanMismatch) as info:
+            _run(step, plan=record(plan).instructions)
+        return str(info.value)
+
+    assert re.search(r"instruction 5: Memory\(line=0, name='x2', size_bytes=768\) here, "
+                     r"Memory\(line=0, name='x2', size_bytes=512\) in the plan", mismatch(repeat(3), repeat(2)))
+
+    def written():
+        y = x.exp()
+        y.add_(1)
+        return [y]
+
+    def kept():
+        y = x.exp()
+        return [y.add(1)]
+
+    assert re.search(r"Mutate\(line=0, name='aten.add_.Tensor', args=\('x2',\), mutate=\(0,\), time_ns=0\) "
+                     r"here, Call\(line=0, name='aten.add.Tensor'", mismatch(written, kept))
+    assert re.search(r"the step differs from its plan after the plan's last instruction \(\d+\): Call\(line=0, "
+                     r"name='aten.add.Tensor', args=\('x2',\), results=\('\?',\), time_ns=0\) here, "
+                     r"where the plan has ended", mismatch(kept, lambda: [x.exp()]))
+    assert re.search(r"the step ended before its plan did: Call\(.*name='aten.add.Tensor'.*\) and 2 more "
+                     r"instructions are not run", mismatch(lambda: [x.exp()], kept))
 
 
 def test_the_measured_clock_counts_real_time():

@@ -67,14 +67,15 @@ class PlanConstant:
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A plan, ready to follow: its instructions, their program, its Groups and CONSTANTs in order,
-    and for each REBIND_OP operator its argument (the written tensor's new version) and the tensor
-    whose window it takes again (`rebound`)."""
+    for each REBIND_OP operator its argument (the written tensor's new version) and the tensor
+    whose window it takes again (`rebound`), and each storage's tensors."""
 
     instructions: tuple[Instruction, ...]
     program: Program
     groups: tuple[Group, ...]
     constants: tuple[PlanConstant, ...]
     rebound: dict[int, tuple[int, int]]
+    storage_tensors: tuple[tuple[int, ...], ...]
 
     def rest(self, start: int) -> list[Instruction]:
         """The plan's compared instructions from index `start` on."""
@@ -154,7 +155,10 @@ def _walk(ins: tuple[Instruction, ...], program: Program) -> Plan:
     low.pin_outputs()
     mine = list(zip(program.step_kind.tolist(), program.step_target.tolist()))
     assert steps == mine, "the plan's walk and its lowering disagree"  # one meaning of each instruction
-    return Plan(ins, program, tuple(groups), tuple(constants), rebound)
+    on_storage: list[list[int]] = [[] for _ in range(program.n_storages)]
+    for t, st in enumerate(program.tensor_storage.tolist()):
+        on_storage[st].append(t)
+    return Plan(ins, program, tuple(groups), tuple(constants), rebound, tuple(map(tuple, on_storage)))
 
 
 def _call(low: Lowering, x: Call, results) -> int:

@@ -133,15 +133,17 @@ class _Dispatch:
         return Recipe(kind, args, self.func, self.spec, self.leaves, self.tensor_leaf, self.mutated, self.rng)
 
 
-def _dispatch_of(func, args, kwargs):
-    """The operator's _Dispatch and its flat leaves (values of other sessions' tensors not yet read)."""
+def _dispatch_of(func, info: _OpInfo, args, kwargs) -> _Dispatch:
+    """The operator's _Dispatch (its inputs as the caller gave them: other sessions' tensors too)."""
     flat, spec = flatten_call(args, kwargs)
-    tensor_leaf = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
-    inputs = [flat[i] for i in tensor_leaf]
+    tensor_leaf, inputs = [], []
+    for i, x in enumerate(flat):
+        if isinstance(x, torch.Tensor):
+            tensor_leaf.append(i)
+            inputs.append(x)
     written = written_tensors(func, args, kwargs)
-    mutated = [next(j for j, t in enumerate(inputs) if t is w) for w in written]
-    rng = rng_state(flat) if _op_info(func).random else None
-    return _Dispatch(func, flat, spec, tensor_leaf, inputs, mutated, rng), flat
+    mutated = [next(j for j, t in enumerate(inputs) if t is w) for w in written] if written else []
+    return _Dispatch(func, flat, spec, tensor_leaf, inputs, mutated, rng_state(flat) if info.random else None)
 
 
 class LiveSession(TorchDispatchMode):
@@ -386,9 +388,12 @@ class LiveSession(TorchDispatchMode):
         if by_policy:
             self.evicted.append(storage)
         values = self.values
-        for t in self.engine.storage_tensors(storage):
-            if t < len(values):
+        if self._plan is not None:
+            for t in self._plan.storage_tensors[storage]:
                 values[t] = None
+            return
+        for t in self.engine.s_tensors[storage]:
+            values[t] = None
 
     def _set(self, t: int, v: torch.Tensor) -> None:
         self.values[t] = v
@@ -455,10 +460,9 @@ class LiveSession(TorchDispatchMode):
 
     # --- planned: following the plan's Groups ---------------------------------------------------
     def _planned(self, func, info: _OpInfo, args, kwargs):
-        d, flat = _dispatch_of(func, args, kwargs)
+        d = _dispatch_of(func, info, args, kwargs)
         tids = []
-        for i in d.tensor_leaf:
-            x = flat[i]
+        for x in d.inputs:
             if type(x) is LiveTensor and x._session is self:
                 tids.append(x._tid)
                 continue
@@ -480,7 +484,9 @@ class LiveSession(TorchDispatchMode):
                 self.recipes[g.call_op] = d.recipe(CALL, g.call_args)
             self._dispatch = d
             try:
-                self._guarded(lambda: self.engine.step_to(g.steps_end))  # the first run is in `compute`
+                self.engine.step_to(g.steps_end)  # the first run is in `compute`
+            except OutOfMemory as exc:
+                raise LiveBudgetError(self._why_stuck(exc.args[0])) from None
             finally:
                 self._dispatch = None
             self._ops += 1 + (bool(g.mutated) and g.call_op >= 0)
@@ -583,10 +589,12 @@ class LiveSession(TorchDispatchMode):
             raise self._mismatch(where, Call(0, info.name, names, tuple("?" * len(run.results)), 0))
 
     def _mismatch(self, index: int | None, here) -> PlanMismatch:
-        want = self._plan.instructions[index] if index is not None else "the end of the plan"
-        at = index + 1 if index is not None else len(self._plan.instructions) + 1
-        return PlanMismatch(f"the step differs from its plan at the plan's instruction {at}: {here} here, "
-                            f"{want} in the plan")
+        """The first difference: at the plan's instruction `index` (None: after its last)."""
+        if index is None:
+            return PlanMismatch(f"the step differs from its plan after the plan's last instruction "
+                                f"({len(self._plan.instructions)}): {here} here, where the plan has ended")
+        return PlanMismatch(f"the step differs from its plan at the plan's instruction {index + 1}: {here} here, "
+                            f"{self._plan.instructions[index]} in the plan")
 
     def _finish_planned(self) -> list[tuple[torch.Tensor, int]]:
         plan = self._plan
@@ -672,7 +680,7 @@ class LiveSession(TorchDispatchMode):
         and taken."""
         namer = self.namer
         namer.flush()
-        d, _ = _dispatch_of(func, args, kwargs)
+        d = _dispatch_of(func, _op_info(func), args, kwargs)
         for k, x in enumerate(d.inputs):
             if isinstance(x, LiveTensor) and x._session is not self:
                 d.inputs[k] = self.value(x)  # another session's: a constant here
