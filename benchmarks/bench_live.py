@@ -1,9 +1,11 @@
 """The live runtime's machinery: a zoo model's training step under a LiveSession against the plain step.
 
 At an unbounded budget (nothing evicted: the machinery only), as ratios to the plain step's wall
-time: a dispatch mode that does nothing but call each operator (the floor of any runtime that
-sees every aten operator from Python), unplanned (named and lowered as it runs, on the Python
-engine), and following the step's capture (planned) on the compiled engine and on the Python one.
+time: two floors, a dispatch mode that does nothing but call each operator (the floor of any
+runtime that sees every aten operator from Python) and one that also unwraps its arguments and
+wraps its results in a wrapper subclass below autograd (the floor of the live runtime's design);
+then the live runtime unplanned (named and lowered as it runs, on the Python engine), and
+following the step's capture (planned) on the compiled engine and on the Python one.
 Then at ratio 0.5 of the plan's peak on the logical clock, planned on the compiled engine: the
 outcome and the wall time's ratio to a plain step, beside the overhead the simulation of the plan
 predicts (clock / compute) for the same decisions.
@@ -55,6 +57,7 @@ def main() -> int:
     from dtrlab.capture.recorder import record
     from dtrlab.capture.ship import SHIPPED_SIZES
     from dtrlab.capture.zoo import ZOO
+    from dtrlab.live.recipes import flatten_call, flatten_out, unflatten_call, unflatten_out
     from dtrlab.live.runs import live_step, simulate_plan
     from dtrlab.live.session import LiveSession, make_plan
     from dtrlab.sim.simulate import budget_from_ratio
@@ -65,11 +68,39 @@ def main() -> int:
     def call_only(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
 
-    CallOnly.__torch_dispatch__ = call_only  # as LiveSession's handler: no dynamo guard around it
+    class Wrapper(torch.Tensor):
+        """Metadata and the value it wraps, nothing else."""
+
+        @staticmethod
+        def __new__(cls, value):
+            t = torch.Tensor._make_wrapper_subclass(cls, value.shape, strides=value.stride(),
+                                                    storage_offset=value.storage_offset(), dtype=value.dtype,
+                                                    device=value.device, requires_grad=False)
+            t.value = value
+            return t
+
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise AssertionError("only under WrapOnly")
+
+    class WrapOnly(TorchDispatchMode):
+        pass
+
+    def wrap_only(self, func, types, args=(), kwargs=None):
+        flat, spec = flatten_call(args, kwargs or {})
+        a, k = unflatten_call([x.value if type(x) is Wrapper else x for x in flat], spec)
+        out, out_spec = flatten_out(func(*a, **k))
+        return unflatten_out([Wrapper(x) if isinstance(x, torch.Tensor) else x for x in out], out_spec)
+
+    # as LiveSession's handler, set after the class: no dynamo guard around it
+    CallOnly.__torch_dispatch__ = call_only
+    WrapOnly.__torch_dispatch__ = wrap_only
 
     torch.set_num_threads(1)
     names = [n for n in args.models.split(",") if n] or list(ZOO)
-    print(f"{'model':12} {'ops':>6} {'plain s':>8} {'floor':>7} {'unplanned':>10} {'planned c':>10} "
+    print(f"{'model':12} {'ops':>6} {'plain s':>8} {'call only':>10} {'wrap only':>10} {'unplanned':>10} {'planned c':>10} "
           f"{'planned py':>11}   at {RATIO}: {'outcome':>7} {'wall ratio':>10} {'predicted':>9}  "
           f"(medians of {args.repeat} rounds, {'tiny' if args.tiny else 'shipped'} sizes)")
     for name in names:
@@ -85,7 +116,7 @@ def main() -> int:
                     step()
             return run
 
-        t = _rounds({"plain": step, "floor": under(CallOnly), "unplanned": under(LiveSession),
+        t = _rounds({"plain": step, "call": under(CallOnly), "wrap": under(WrapOnly), "unplanned": under(LiveSession),
                      "c": under(lambda: LiveSession(plan=plan, engine="c")),
                      "python": under(lambda: LiveSession(plan=plan, engine="python"))}, args.repeat)
         plain = t["plain"]
@@ -93,7 +124,7 @@ def main() -> int:
         run = live_step(step, budget, "dtr", "logical", 0, "cpu", plan, engine="c")
         sim = simulate_plan(plan.program, budget, "dtr", 0)
         predicted = f"{sim.overhead:9.3f}" if sim.overhead else f"{'oom':>9}"
-        print(f"{name:12} {capture.operators:6d} {plain:8.4f} {t['floor'] / plain:6.2f}x "
+        print(f"{name:12} {capture.operators:6d} {plain:8.4f} {t['call'] / plain:9.2f}x {t['wrap'] / plain:9.2f}x "
               f"{t['unplanned'] / plain:9.2f}x {t['c'] / plain:9.2f}x {t['python'] / plain:10.2f}x   "
               f"at {RATIO}: {run.outcome:>7} {run.wall_s / plain:9.2f}x {predicted}", flush=True)
     return 0
