@@ -470,8 +470,7 @@ class LiveSession(TorchDispatchMode):
                 x = self.value(x)
             tid = self._const_tid.get(id(x))
             tids.append(tid if tid is not None else self._new_constant(x))
-        groups = self._plan.groups
-        g = groups[self._group] if self._group < len(groups) else None
+        g = self._next_group()
         if g is not None and g.name == info.name and g.args == tuple(tids) and self._named == g.constants:
             if tuple(d.mutated) != g.mutated:
                 names = tuple(self._plan.program.tensor_names[t] for t in tids)
