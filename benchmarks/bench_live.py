@@ -59,7 +59,7 @@ def main() -> int:
     from dtrlab.capture.zoo import ZOO
     from dtrlab.live.recipes import flatten_call, flatten_out, unflatten_call, unflatten_out
     from dtrlab.live.runs import live_step, simulate_plan
-    from dtrlab.live.session import LiveSession, make_plan
+    from dtrlab.live.session import LiveSession, make_plan, make_wrapper
     from dtrlab.sim.simulate import budget_from_ratio
 
     class CallOnly(TorchDispatchMode):
@@ -73,9 +73,7 @@ def main() -> int:
 
         @staticmethod
         def __new__(cls, value):
-            t = torch.Tensor._make_wrapper_subclass(cls, value.shape, strides=value.stride(),
-                                                    storage_offset=value.storage_offset(), dtype=value.dtype,
-                                                    device=value.device, requires_grad=False)
+            t = make_wrapper(cls, value)  # as the live runtime's LiveTensor is made
             t.value = value
             return t
 

@@ -55,7 +55,7 @@ from .recipes import (CALL, CONSTANT, MUTATE, REBIND, Recipe, Run, data_ptr, exe
 
 LOGICAL, MEASURED = LIVE_CLOCKS
 
-__all__ = ["LiveBudgetError", "LiveSession", "LiveTensor", "Plan", "PlanMismatch", "make_plan"]
+__all__ = ["LiveBudgetError", "LiveSession", "LiveTensor", "Plan", "PlanMismatch", "make_plan", "make_wrapper"]
 
 
 class LiveBudgetError(DtrlabError):
@@ -81,15 +81,20 @@ def _op_info(func) -> _OpInfo:
     return _OpInfo(str(func), refused, torch.Tag.nondeterministic_seeded in func.tags)
 
 
+def make_wrapper(cls, like: torch.Tensor) -> torch.Tensor:
+    """A `cls` (a tensor subclass) with like's metadata and no storage: a wrapper below autograd."""
+    return torch.Tensor._make_wrapper_subclass(cls, like.shape, strides=like.stride(),
+                                               storage_offset=like.storage_offset(), dtype=like.dtype,
+                                               device=like.device, requires_grad=False)
+
+
 class LiveTensor(torch.Tensor):
     """A wrapper below autograd: metadata only; its value is the session's (`LiveSession.value`).
     A planned session's wrapper carries its tensor in the plan's program (`_tid`)."""
 
     @staticmethod
     def __new__(cls, session: "LiveSession", like: torch.Tensor):
-        t = torch.Tensor._make_wrapper_subclass(cls, like.shape, strides=like.stride(),
-                                                storage_offset=like.storage_offset(), dtype=like.dtype,
-                                                device=like.device, requires_grad=False)
+        t = make_wrapper(cls, like)
         t._session = session
         return t
 

@@ -14,6 +14,7 @@ from ..trace.lower import Program
 from . import formula as fm
 from . import instruments as ins
 from .policies import EQ_CLASS, HISTORY, NEIGHBORHOOD, Policy
+from .pyengine import OutOfMemory
 from .result import OK, OOM, REMAT_LIMIT
 from .runtimes import Runtime
 
@@ -223,13 +224,10 @@ class Follower:
                                     runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
                                     int(seed) & 0x7FFFFFFFFFFFFFFF, executor, fixed_costs)
         self._avail = 0
-        self._tptr, self._tensors = bufs["s_tptr"].tolist(), bufs["s_tensors"].tolist()
         self._sizes = program.storage_size_bytes.tolist()
 
     def _outcome(self, outcome: int) -> None:
         if outcome:
-            from .pyengine import OutOfMemory
-
             raise OutOfMemory(self._f.counters()["need"])
 
     def step_to(self, end: int) -> None:
@@ -261,10 +259,6 @@ class Follower:
     @property
     def pool(self) -> list[int]:
         return self._f.pool()
-
-    def storage_tensors(self, s: int) -> list[int]:
-        """The storage's tensors, those not yet made included."""
-        return self._tensors[self._tptr[s]:self._tptr[s + 1]]
 
     def residents(self) -> list[tuple[int, int, bool, bool]]:
         """(storage, bytes, pinned, locked) of each storage in memory."""

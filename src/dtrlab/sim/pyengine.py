@@ -687,9 +687,6 @@ class Engine:
         if not self.defined[t]:
             self._materialize(t, True)
 
-    def storage_tensors(self, s: int) -> list[int]:
-        return self.s_tensors[s]
-
     def residents(self) -> list[tuple[int, int, bool, bool]]:
         """(storage, bytes, pinned, locked) of each storage in memory."""
         return [(s, self.s_size[s], self.pinned[s], self.ref_int[s] > 0 and not self.pinned[s])
