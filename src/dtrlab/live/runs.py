@@ -18,7 +18,8 @@ import torch
 from ..defaults import DEFAULT_RUNTIME
 from ..sim.result import OK, OOM
 from ..trace.read import Instruction, TraceText
-from .session import LiveBudgetError, LiveSession, Plan, make_plan
+from .plan import Plan, make_plan
+from .session import LiveBudgetError, LiveSession
 
 PLAIN_REPEATS = 3  # the plain step's wall time is the median of this many, after a warm-up
 

@@ -189,6 +189,7 @@ class LiveSession(TorchDispatchMode):
             self.engine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy, runtime, seed)
             b = self.lowering.builder
             self._op_start, self._op_cost = b.op_out_start, b.op_cost  # they grow as the step is lowered
+            self._on_storage = self.engine.s_tensors  # each storage's tensors (the engine's, growing)
             self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
             self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
             self.recipes: list[Recipe | None] = []  # per engine operator
@@ -203,6 +204,7 @@ class LiveSession(TorchDispatchMode):
             else:
                 self.engine = Engine.follow_program(program, self, budget_bytes, self.policy, runtime, seed)
             self._op_start, self._op_cost = program.op_out_start.tolist(), program.op_cost_ns.tolist()
+            self._on_storage = self._plan.storage_tensors
             self.values = [None] * program.n_tensors
             self.windows = [None] * program.n_tensors
             self.recipes = [None] * program.n_ops
@@ -343,13 +345,14 @@ class LiveSession(TorchDispatchMode):
             raise UsageError("this live tensor's value is gone: its session has no name for it")
         if s.values[tid] is None:
             with _disable_current_modes():
-                s._guarded(lambda: s.engine.materialize(tid))
+                s._guarded(s.engine.materialize, tid)
                 s.unplanned_remats += 1
         return s.values[tid]
 
-    def _guarded(self, work: Callable[[], None]) -> None:
+    def _guarded(self, work: Callable, *args) -> None:
+        """work(*args), an engine's call: its OutOfMemory is the session's LiveBudgetError."""
         try:
-            work()
+            work(*args)
         except OutOfMemory as exc:
             raise LiveBudgetError(self._why_stuck(exc.args[0])) from None
 
@@ -393,11 +396,7 @@ class LiveSession(TorchDispatchMode):
         if by_policy:
             self.evicted.append(storage)
         values = self.values
-        if self._plan is not None:
-            for t in self._plan.storage_tensors[storage]:
-                values[t] = None
-            return
-        for t in self.engine.s_tensors[storage]:
+        for t in self._on_storage[storage]:
             values[t] = None
 
     def _set(self, t: int, v: torch.Tensor) -> None:
@@ -488,9 +487,7 @@ class LiveSession(TorchDispatchMode):
                 self.recipes[g.call_op] = d.recipe(CALL, g.call_args)
             self._dispatch = d
             try:
-                self.engine.step_to(g.steps_end)  # the first run is in `compute`
-            except OutOfMemory as exc:
-                raise LiveBudgetError(self._why_stuck(exc.args[0])) from None
+                self._guarded(self.engine.step_to, g.steps_end)  # the first run is in `compute`
             finally:
                 self._dispatch = None
             self._ops += 1 + (bool(g.mutated) and g.call_op >= 0)
@@ -581,14 +578,14 @@ class LiveSession(TorchDispatchMode):
         if d.mutated:
             raise self._mismatch(where, Mutate(0, info.name, names, tuple(d.mutated), 0))
         if self._named:  # the constants it met are in the engine's tables
-            self._guarded(lambda: self.engine.step_to(self._plan.constants[self._named - 1].steps_end))
+            self._guarded(self.engine.step_to, self._plan.constants[self._named - 1].steps_end)
         quiet = all(self.values[a] is not None for a in tids)
         if not quiet:
-            self._guarded(lambda: self.engine.prepare(tids))
+            self._guarded(self.engine.prepare, tids)
             self.unplanned_remats += 1
         d.run = run = execute(d.recipe(CALL, tids), [self.values[a] for a in tids], replay=False)
         if not quiet:
-            self._guarded(lambda: self.engine.finish(tids, None))
+            self._guarded(self.engine.finish, tids, None)
         if run.results:
             raise self._mismatch(where, Call(0, info.name, names, tuple("?" * len(run.results)), 0))
 
@@ -608,7 +605,7 @@ class LiveSession(TorchDispatchMode):
             rest = plan.rest(min(left))
             raise PlanMismatch(f"the step ended before its plan did: {rest[0]} and {len(rest) - 1} more "
                                f"instructions are not run")
-        self._guarded(lambda: self.engine.step_to(len(plan.program.step_kind)))
+        self._guarded(self.engine.step_to, len(plan.program.step_kind))
         return [(self._const_obj[key], tid) for key, tid in self._const_tid.items() if tid != self._const_first[key]]
 
     # --- unplanned: naming and lowering each operator as it runs ---------------------------------
@@ -695,13 +692,13 @@ class LiveSession(TorchDispatchMode):
         try:
             e = self.engine
             args = [self.lowering.bound[n] for n in d.arg_names]
-            self._guarded(lambda: e.prepare(args))
+            self._guarded(e.prepare, args)
             self._first_run(d, d.recipe(CALL, args))
             self._early([*d.run.results, *(d.run.passed[i] for i in d.mutated)])
             first_op = len(self.recipes)
             self._feed(namer.out, len(namer.out))
             op = next((o for o in range(first_op, len(self.recipes)) if self.recipes[o].kind in (CALL, MUTATE)), None)
-            self._guarded(lambda: e.finish(args, op))
+            self._guarded(e.finish, args, op)
             return self._returned(d)
         finally:
             self._dispatch = None
