@@ -5,7 +5,10 @@ time: two floors, a dispatch mode that does nothing but call each operator (the 
 runtime that sees every aten operator from Python) and one that also unwraps its arguments and
 wraps its results in a wrapper subclass below autograd (the floor of the live runtime's design);
 then the live runtime unplanned (named and lowered as it runs, on the Python engine), and
-following the step's capture (planned) on the compiled engine and on the Python one.
+following the step's capture (planned) on the compiled engine and on the Python one. "op runs" is
+what the operators themselves took in the planned run (the measured clock's sum of their first
+runs, each timed around its aten call, nothing evicted), against the plain step's wall time:
+the rest of a live step's time is dispatch, wrapping and the runtime's bookkeeping.
 Then at ratio 0.5 of the plan's peak on the logical clock, planned on the compiled engine: the
 outcome and the wall time's ratio to a plain step, beside the overhead the simulation of the plan
 predicts (clock / compute) for the same decisions.
@@ -40,6 +43,17 @@ def _rounds(variants: dict, repeat: int) -> dict[str, float]:
             if k:
                 times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _ops_seconds(step, plan) -> float:
+    """Seconds the step's operators took in a planned run on the measured clock (at an unbounded
+    budget the clock is the sum of their first runs, each timed around its aten call)."""
+    from dtrlab.live.session import LiveSession
+
+    gc.collect()
+    with LiveSession(plan=plan, engine="c", clock="measured") as session:
+        step()
+    return session.clock_ns / 1e9
 
 
 def main() -> int:
@@ -99,7 +113,7 @@ def main() -> int:
     torch.set_num_threads(1)
     names = [n for n in args.models.split(",") if n] or list(ZOO)
     print(f"{'model':12} {'ops':>6} {'plain s':>8} {'call only':>10} {'wrap only':>10} {'unplanned':>10} {'planned c':>10} "
-          f"{'planned py':>11}   at {RATIO}: {'outcome':>7} {'wall ratio':>10} {'predicted':>9}  "
+          f"{'planned py':>11} {'op runs':>8}   at {RATIO}: {'outcome':>7} {'wall ratio':>10} {'predicted':>9}  "
           f"(medians of {args.repeat} rounds, {'tiny' if args.tiny else 'shipped'} sizes)")
     for name in names:
         torch.manual_seed(0)
@@ -118,12 +132,13 @@ def main() -> int:
                      "c": under(lambda: LiveSession(plan=plan, engine="c")),
                      "python": under(lambda: LiveSession(plan=plan, engine="python"))}, args.repeat)
         plain = t["plain"]
+        ops_s = statistics.median(_ops_seconds(step, plan) for _ in range(3))
         budget = budget_from_ratio(plan.program, RATIO)
         run = live_step(step, budget, "dtr", "logical", 0, "cpu", plan, engine="c")
         sim = simulate_plan(plan.program, budget, "dtr", 0)
         predicted = f"{sim.overhead:9.3f}" if sim.overhead else f"{'oom':>9}"
         print(f"{name:12} {capture.operators:6d} {plain:8.4f} {t['call'] / plain:9.2f}x {t['wrap'] / plain:9.2f}x "
-              f"{t['unplanned'] / plain:9.2f}x {t['c'] / plain:9.2f}x {t['python'] / plain:10.2f}x   "
+              f"{t['unplanned'] / plain:9.2f}x {t['c'] / plain:9.2f}x {t['python'] / plain:10.2f}x {ops_s / plain:7.2f}x   "
               f"at {RATIO}: {run.outcome:>7} {run.wall_s / plain:9.2f}x {predicted}", flush=True)
     return 0
 
