@@ -506,7 +506,8 @@ class LiveSession(TorchDispatchMode):
         c = constants[self._named]
         if nbytes != c.size_bytes:
             mem = self._plan.instructions[c.index]
-            raise self._mismatch(c.index, Memory(0, mem.name, nbytes))
+            raise self._mismatch(c.index, Memory(0, mem.name, nbytes),
+                                 "a parameter or input of another size: is the step made at the plan's sizes?")
         self._named += 1
         key = id(x)
         self._const_obj[key] = x
@@ -589,13 +590,15 @@ class LiveSession(TorchDispatchMode):
         if run.results:
             raise self._mismatch(where, Call(0, info.name, names, tuple("?" * len(run.results)), 0))
 
-    def _mismatch(self, index: int | None, here) -> PlanMismatch:
-        """The first difference: at the plan's instruction `index` (None: after its last)."""
+    def _mismatch(self, index: int | None, here, likely: str = "") -> PlanMismatch:
+        """The first difference: at the plan's instruction `index` (None: after its last), with
+        its likely cause where there is one."""
+        cause = f" ({likely})" if likely else ""
         if index is None:
             return PlanMismatch(f"the step differs from its plan after the plan's last instruction "
-                                f"({len(self._plan.instructions)}): {here} here, where the plan has ended")
+                                f"({len(self._plan.instructions)}): {here} here, where the plan has ended{cause}")
         return PlanMismatch(f"the step differs from its plan at the plan's instruction {index + 1}: {here} here, "
-                            f"{self._plan.instructions[index]} in the plan")
+                            f"{self._plan.instructions[index]} in the plan{cause}")
 
     def _finish_planned(self) -> list[tuple[torch.Tensor, int]]:
         plan = self._plan
