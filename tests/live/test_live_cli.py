@@ -93,6 +93,28 @@ def test_run_table_and_steps(capsys, monkeypatch):
     assert "live step 1" in out and "live step 2" in out and "plain PyTorch step:" in out
 
 
+def test_threads_are_torch_s_for_the_whole_command_and_said(capsys, monkeypatch):
+    """--threads sets torch's CPU threads before the plain steps are timed, and the JSON and the
+    table say how many ran; on the logical clock the decisions do not depend on them."""
+    before = torch.get_num_threads()
+    step, capture = _prepared("lstm", monkeypatch, **BIGGER["lstm"])
+    argv = ["run", "lstm", *_sizes("lstm", **BIGGER["lstm"]), "--ratio", "0.9"]
+    seen = []
+    monkeypatch.setattr("dtrlab.live.runs.plain_seconds",
+                        lambda step, device: seen.append(torch.get_num_threads()) or 1.0)
+    try:
+        code, out, _ = _cli([*argv, "--threads", "1", "--json"], capsys)
+        assert code in (0, None)
+        got = json.loads(out)
+        assert got["threads"] == seen[0] == 1
+        session, _ = _by_hand(step, capture, 0.9, "dtr")
+        assert (got["steps"][0]["evictions"], got["steps"][0]["remats"]) == (session.evictions, session.replays) != (0, 0)
+        code, out, _ = _cli([*argv, "--threads", "2"], capsys)
+        assert code in (0, None) and seen[-1] == 2 and "(2 CPU threads)" in out
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_compare_sim_is_simulate_on_the_plan_and_makes_the_same_decisions(capsys, monkeypatch):
     _, capture = _prepared("resnet32", monkeypatch, batch=8)
     argv = ["run", "resnet32", *_sizes("resnet32", batch=8), "--ratio", "0.8", "--policy", "dtr", "--compare-sim"]
@@ -147,6 +169,7 @@ def test_a_plan_from_a_trace_file(tmp_path, capsys, monkeypatch):
     (["run", "lstm", "--ratio", "0.5", "--policy", "nosuch"], "nosuch"),
     (["run", "lstm", "--ratio", "0.5", "--clock", "wall"], "--clock must be logical or measured"),
     (["run", "lstm", "--ratio", "0.5", "--steps", "0"], "--steps must be at least 1"),
+    (["run", "lstm", "--ratio", "0.5", "--threads", "0"], "--threads must be at least 1"),
     (["run", "--ratio", "0.5"], "exactly one of MODEL and --script"),
     (["run", "--script", "missing.py:f", "--ratio", "0.5"], "no such file"),
     (["run", "lstm", "--ratio", "0.5", "--trace", "x"], "--trace picks a trace of --plan's source"),

@@ -43,6 +43,10 @@ def run(
                                      help="Also simulate the plan, side by side, and say whether the "
                                           "decisions are the same."),
     seed: int = typer.Option(0, "--seed", help="Seed of torch (the model's weights, dropout) and of the random policy."),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N",
+                                          help="torch's CPU threads for the plain and the live steps alike "
+                                               "(default: torch's own). The measured clock and the wall times "
+                                               "depend on it."),
     engine: EngineName = typer.Option(EngineName.auto, "--engine",
                                       help="The engine that decides: auto (the compiled one wherever it runs "
                                            "the policy), c or python (the decisions are the same)."),
@@ -57,6 +61,8 @@ def run(
         raise UsageError(f"--clock must be {' or '.join(LIVE_CLOCKS)}, got {clock!r}")
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}")
     policy = policy_given(policy, policies_file)
     plan_text = None
     if plan is not None:
@@ -67,6 +73,8 @@ def run(
         raise UsageError("--trace picks a trace of --plan's source; give --plan")
     import torch
 
+    if threads is not None:
+        torch.set_num_threads(threads)
     torch.manual_seed(seed)
     step, label, _ = make_step(model, script, batch, device, size)
     from .runs import run_live, same_decisions
@@ -75,7 +83,7 @@ def run(
                       steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text,
                       engine=engine.value)
     head = {"model": label, "device": device, "policy": policy, "clock": clock, "ratio": ratio,
-            "engine": report.steps[0].engine,
+            "engine": report.steps[0].engine, "threads": torch.get_num_threads(),
             "plan": plan or "captured", "budget_bytes": report.budget_bytes,
             "plan_peak_bytes": report.plan_peak_bytes, "plain_wall_s": report.plain_wall_s}
     if as_json:
@@ -133,8 +141,8 @@ def _print_table(head: dict, report) -> None:
         table.add_row(label, *cells, *([sim_cell] if sim is not None else []))
     out = console()
     out.print(table)
-    out.print(f"plain PyTorch step: {head['plain_wall_s'] * 1e3:,.1f} ms; plan ({head['plan']}): peak "
-              f"{_bytes(head['plan_peak_bytes'])}")
+    out.print(f"plain PyTorch step: {head['plain_wall_s'] * 1e3:,.1f} ms ({head['threads']} CPU threads); "
+              f"plan ({head['plan']}): peak {_bytes(head['plan_peak_bytes'])}")
     for r in live:
         if r.error:
             out.print(f"step {r.step}: {r.error}")
