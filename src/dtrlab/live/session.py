@@ -537,9 +537,11 @@ class LiveSession(TorchDispatchMode):
         if len(run.results) != len(g.results):
             where = g.call_index if g.call_index >= 0 else g.index
             raise self._mismatch(where, f"{g.name} making {len(run.results)} new tensors")
+        d.wrappers = wrappers = []
+        if not run.results:  # a write alone (an in-place operator): nothing to check or wrap
+            return
         start = self._op_start[g.call_op] if g.call_op >= 0 else 0
         ptrs = [data_ptr(p) for p in run.passed]
-        d.wrappers = wrappers = []
         for k, (v, (size, alias)) in enumerate(zip(run.results, g.results)):
             raw = v.untyped_storage()
             nbytes = raw.nbytes()
