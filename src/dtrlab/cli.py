@@ -210,6 +210,8 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     strict: bool = typer.Option(False, "--strict", help="A RELEASE of an unknown name is an error."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
+    schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="FILE",
+                                               help="Write the run's schedule (docs/schedules.md) to FILE."),
 ) -> None:
     """Run DTR on one trace under one memory budget and report what it cost."""
     source = resolve_source(source, traces)
@@ -227,8 +229,15 @@ def simulate(
     check_compatible(get_policy(policy), get_runtime(runtime))
     program = load_one(source, trace, cache=not no_cache, strict=strict)
     budget = budget_of(program, ratio, budget_bytes)
-    result = run_simulation(program, budget, policy, runtime, overhead_limit=overhead_limit,
-                            seed=seed, engine=engine.value)
+    if schedule_out is None:
+        result = run_simulation(program, budget, policy, runtime, overhead_limit=overhead_limit,
+                                seed=seed, engine=engine.value)
+    else:
+        from .schedule.emit import simulate_schedule, write_run_schedule
+
+        result, schedule = simulate_schedule(program, budget, policy, runtime, overhead_limit=overhead_limit,
+                                             seed=seed, engine=engine.value)
+        write_run_schedule(schedule_out, program, result, schedule)
     d = result.to_dict()
     d["ratio"] = ratio
     d["overhead"] = clean(d["overhead"])
@@ -349,7 +358,8 @@ def traces_remove(name: str = typer.Argument(..., metavar="NAME", help="The set 
 
 # Each of these modules, when present, adds its commands with `register(app)`.
 EXTENSIONS = ("dtrlab.sweep.commands", "dtrlab.analysis.commands", "dtrlab.report.commands",
-              "dtrlab.capture.commands", "dtrlab.timeline.commands", "dtrlab.live.commands")
+              "dtrlab.capture.commands", "dtrlab.timeline.commands", "dtrlab.live.commands",
+              "dtrlab.schedule.commands")
 
 
 def _register_extensions(target: typer.Typer, names: tuple[str, ...] = EXTENSIONS) -> None:

@@ -1,4 +1,4 @@
-"""The command-line arguments and options that several commands take: SOURCE, --traces and --policies.
+"""The command-line arguments and options that several commands take: SOURCE, --traces, --trace, the budget.
 
 Declared once here and shared by the command modules (typer reuses a parameter's declaration).
 """
@@ -24,3 +24,10 @@ EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)  # -
 
 POLICY_HELP = ("Eviction policy: a name (see `dtrlab policies`), a formula 'score: ...', or a Python "
                "function module:function.")
+
+TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
+TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
+JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")
+# A budget: exactly one of the two (sim.simulate.check_budget_args says which mistake was made).
+RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak.")
+BYTES_OPT = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes.")

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 import typer
 
 from ..errors import UsageError
-from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
+from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, SOURCE_ARG,  # noqa: F401
+                       TRACE_OPT, TRACES_OPT)
 from ..output import console as _console
 from ..output import print_json
 from ..defaults import DEFAULT_POLICY
@@ -23,15 +24,10 @@ from ..trace import resolve_source
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
-
-# The arguments and options every diagnostics command takes, declared once.
-TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
+# The arguments and options every diagnostics command takes, declared once (those other commands
+# take too live in dtrlab.options and are re-exported here).
 POLICY_OPT = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + ".")
 RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help="Runtime.")
-JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")
-RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak.")
-BYTES_OPT = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes.")
 
 
 def _progress() -> Progress:

@@ -19,13 +19,15 @@ HEADER = -1  # the event index of a mistake in the schedule's header (the trace 
 
 class ScheduleError(DtrlabError):
     """A schedule its trace rejects: event_index is the event at fault (0-based), HEADER for the
-    header, or len(schedule) for what is missing at the end."""
+    header, or len(schedule) for what is missing at the end (then `at_end`)."""
 
-    def __init__(self, event_index: int, reason: str) -> None:
-        where = "header" if event_index == HEADER else f"event {event_index}"
+    def __init__(self, event_index: int, reason: str, at_end: bool = False) -> None:
+        where = ("header" if event_index == HEADER else f"end (after {event_index} events)" if at_end
+                 else f"event {event_index}")
         super().__init__(f"{where}: {reason}")
         self.event_index = event_index
         self.reason = reason
+        self.at_end = at_end
 
 
 @dataclass(frozen=True)
@@ -145,11 +147,11 @@ def check_schedule(program: Program, schedule: Schedule, budget_bytes: int | Non
     if complete:
         if next_op < n_ops:
             raise ScheduleError(n, f"the schedule ends before the first computation of {op_text(next_op)} "
-                                   f"({next_op} of {n_ops} operators computed)")
+                                   f"({next_op} of {n_ops} operators computed)", at_end=True)
         for kind, t in zip(program.step_kind.tolist(), program.step_target.tolist()):
             if kind == PIN and not defined[t] and not constant_op[program.tensor_op[t]]:
                 raise ScheduleError(n, f"output tensor {program.tensor_names[t]!r} (storage {t_storage[t]}, made by "
-                                       f"{op_text(int(program.tensor_op[t]))}) is not resident at the end")
+                                       f"{op_text(int(program.tensor_op[t]))}) is not resident at the end", at_end=True)
     compute_ns = program.compute_ns
     return Replay(peak_bytes=peak, clock_ns=clock, overhead=clock / compute_ns if compute_ns else math.nan,
                   n_compute=next_op, n_recompute=n_recompute, n_free=n_free, remat_ns=remat_ns,

@@ -9,12 +9,10 @@ import numpy as np
 
 from ..sim.instruments import COMPUTE as LOG_COMPUTE
 from ..sim.instruments import EVENT_KINDS, EVICT, EVICT_EAGER, REMAT, EventLog, Instruments
-from ..sim.policies import get_policy
 from ..sim.result import RunResult
-from ..sim.runtimes import get_runtime
 from ..sim.simulate import simulate
 from ..trace.lower import Program
-from .format import COMPUTE, FREE, Schedule
+from .format import COMPUTE, FREE, Schedule, write_schedule
 
 # Only the event log: the other instruments cost time and say nothing a schedule holds.
 EVENTS_ONLY = Instruments(per_storage=False, memory_series=False, events=True, oom_snapshot=False)
@@ -42,5 +40,12 @@ def simulate_schedule(program: Program, budget_bytes: int | None, policy="dtr", 
     """`simulate(...)` (the same arguments) and the run's schedule. An out-of-memory (or remat-limit)
     run's schedule is the prefix it made before it stopped."""
     result = simulate(program, budget_bytes, policy, runtime, instruments=EVENTS_ONLY, **kwargs)
-    maker = made_by(get_policy(policy).name, get_runtime(runtime).name)
+    maker = made_by(result.policy, result.runtime)
     return result, schedule_of_log(program, result.observations.events, maker, budget_bytes)
+
+
+def write_run_schedule(path, program: Program, result: RunResult, schedule: Schedule) -> None:
+    """Write a simulation's schedule with what the run was in the header (trace, policy, runtime,
+    outcome: an out-of-memory run's schedule is a prefix)."""
+    write_schedule(schedule, path, extra={"trace": program.name, "policy": result.policy,
+                                          "runtime": result.runtime, "outcome": result.outcome})

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DtrlabError
+from ..errors import DtrlabError, UsageError
 
 # Event kinds. COMPUTE's target is an operator (a first computation or a recomputation: which one
 # follows from the order); FREE's is a storage.
@@ -88,7 +88,10 @@ def write_schedule(schedule: Schedule, path: str | Path, extra: dict[str, Any] |
     words = [f'{{"{w}":' for w in KIND_WORDS]
     lines = [json.dumps(header_of(schedule, extra), separators=(",", ":"))]
     lines.extend(f"{words[k]}{t}}}" for k, t in zip(schedule.kind.tolist(), schedule.target.tolist()))
-    Path(path).write_text("\n".join(lines) + "\n")
+    try:
+        Path(path).write_text("\n".join(lines) + "\n")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the schedule: {exc.strerror or exc}") from None
 
 
 def _digits(text: str) -> bool:
@@ -142,6 +145,12 @@ def read_schedule(path: str | Path) -> Schedule:
     """The schedule in `path`; a malformed file raises ScheduleFileError(path, line, reason).
 
     Only the syntax is checked here: whether the events make sense for a trace is check_schedule's."""
+    return read_schedule_lines(path)[0]
+
+
+def read_schedule_lines(path: str | Path) -> tuple[Schedule, list[int]]:
+    """read_schedule, and the file's line number of each event (blank lines are skipped), so a
+    checker's event index can be said as a line."""
     name = str(path)
     try:
         data = Path(path).read_bytes()
@@ -156,7 +165,7 @@ def read_schedule(path: str | Path) -> Schedule:
     if not lines[0].strip():
         raise ScheduleFileError(name, 1, "empty file: a schedule starts with its header line")
     head = _header(name, lines[0])
-    kinds, targets = [], []
+    kinds, targets, numbers = [], [], []
     # A fast path for the writer's own spelling; anything else goes through JSON.
     compute_prefix, free_prefix = '{"compute":', '{"free":'
     for number, raw in enumerate(lines[1:], start=2):
@@ -173,9 +182,10 @@ def read_schedule(path: str | Path) -> Schedule:
             raise ScheduleFileError(name, number, f"the target must be below 2^31, got {target}")
         kinds.append(kind)
         targets.append(target)
+        numbers.append(number)
     count = head.get("events")
     if count is not None and count != len(kinds):
         raise ScheduleFileError(name, len(lines), f"the header says {count} events but the file has {len(kinds)} "
                                                   "(a truncated or edited file?)")
     return Schedule(np.array(kinds, np.int8), np.array(targets, np.int32), head["trace_sha256"],
-                    head["made_by"], head.get("budget_bytes"))
+                    head["made_by"], head.get("budget_bytes")), numbers
