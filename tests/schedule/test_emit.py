@@ -118,3 +118,14 @@ def test_generated_runs_schedules_replay_and_both_engines_write_the_same(case):
     c_result, c_sched = simulate_schedule(program, budget, policy, runtime, seed=pseed, engine="c")
     assert c_result.engine == "c"
     assert c_sched.equals(sched)
+
+
+@needs_shared
+@pytest.mark.parametrize("name, ratio, limit", [("resnet32", 0.2, 1.2), ("lstm", 0.266, 2.0)])
+def test_a_run_stopped_by_its_overhead_limit_writes_the_prefix_it_made(name, ratio, limit):
+    program = public_program(name)
+    budget = budget_from_ratio(program, ratio)
+    result, sched = simulate_schedule(program, budget, overhead_limit=limit)
+    assert result.outcome == "remat_limit"
+    replay = _replays_as_the_run(program, budget, result, sched)
+    assert replay.remat_ns > (limit - 1) * program.compute_ns  # it stopped just past the limit

@@ -101,3 +101,7 @@ def test_a_schedule_takes_lists_and_refuses_unknown_kinds():
         Schedule([2], [0], SHA, "hand")
     with pytest.raises(ValueError, match="one length"):
         Schedule([0, 0], [0], SHA, "hand")
+    for bad in ([-1], [2**31], [1.5]):
+        with pytest.raises(ValueError, match="targets are integers"):
+            Schedule([0], bad, SHA, "hand")
+    assert len(Schedule([], [], SHA, "hand")) == 0

@@ -51,12 +51,15 @@ class Schedule:
     budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        kind = np.ascontiguousarray(self.kind, dtype=np.int8)
-        target = np.ascontiguousarray(self.target, dtype=np.int32)
+        kind, target = np.asarray(self.kind), np.asarray(self.target)
         if kind.ndim != 1 or kind.shape != target.shape:
             raise ValueError(f"kind and target must be 1-d and of one length, got {kind.shape} and {target.shape}")
         if kind.size and not np.isin(kind, (COMPUTE, FREE)).all():
             raise ValueError("a schedule's kinds are COMPUTE (0) and FREE (1)")
+        if target.size and not (target.dtype.kind in "iu" and 0 <= target.min() and target.max() < 2**31):
+            raise ValueError("a schedule's targets are integers in [0, 2^31)")
+        kind = np.ascontiguousarray(kind, dtype=np.int8)
+        target = np.ascontiguousarray(target, dtype=np.int32)
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "target", target)
 
