@@ -103,6 +103,12 @@ def test_another_traces_schedule_and_the_resnet_window(tmp_path):
         assert check.exit_code == 0 and json.loads(check.stdout)["budget_bytes"] == budget_from_ratio(
             public_program("resnet32"), ratio)
     one_line_error(run("schedule", "check", TRACES, out, "--trace", "unet"), f"{out}:1: header: the schedule is for another trace")
+    # among a folder's traces, the one the schedule is for is found by its sha256
+    found = run("schedule", "check", TRACES, out, "--json")
+    assert found.exit_code == 0 and json.loads(found.stdout)["trace"] == "resnet32"
+    other = tmp_path / "other.jsonl"
+    write_schedule(simulate_schedule(_tiny(), None)[1], other)
+    one_line_error(run("schedule", "check", TRACES, other), "none of its 6 traces has the schedule's sha256")
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -129,3 +129,21 @@ def test_a_run_stopped_by_its_overhead_limit_writes_the_prefix_it_made(name, rat
     assert result.outcome == "remat_limit"
     replay = _replays_as_the_run(program, budget, result, sched)
     assert replay.remat_ns > (limit - 1) * program.compute_ns  # it stopped just past the limit
+
+
+@needs_shared
+def test_the_lstms_fast_schedule_fits_the_budget_where_dtr_is_slow():
+    """A schedule that fits a budget fits every larger one: the LSTM's run at 0.265 (1.38x) replays
+    under 0.266's budget, where DTR itself takes 10.1x, and ResNet-32's at 0.101 under 0.102-0.106,
+    where DTR runs out of memory."""
+    lstm = public_program("lstm")
+    fast_result, fast = simulate_schedule(lstm, budget_from_ratio(lstm, 0.265))
+    slow = simulate(lstm, budget_from_ratio(lstm, 0.266))
+    replay = check_schedule(lstm, fast, budget_from_ratio(lstm, 0.266))
+    assert replay.overhead == fast_result.overhead < 1.39 and slow.overhead > 10
+    resnet = public_program("resnet32")
+    _, fits = simulate_schedule(resnet, budget_from_ratio(resnet, 0.101))
+    for ratio in (0.102, 0.103, 0.104, 0.105, 0.106):
+        budget = budget_from_ratio(resnet, ratio)
+        assert simulate(resnet, budget).outcome == "oom"
+        assert check_schedule(resnet, fits, budget).peak_bytes <= budget

@@ -17,7 +17,8 @@ from ..output import console, print_json
 
 def check_cmd(
     source: str = typer.Argument(..., metavar="TRACE",
-                                 help="The trace the schedule is for: a file, or a folder or zip of traces with --trace."),
+                                 help="The trace the schedule is for: a file, or a folder or zip of traces (the one "
+                                      "with the schedule's sha256, or --trace NAME)."),
     path: str = typer.Argument(..., metavar="FILE", help="The schedule (format: docs/schedules.md)."),
     trace: Optional[str] = TRACE_OPT,
     ratio: Optional[float] = RATIO_OPT,
@@ -39,7 +40,7 @@ def check_cmd(
     if budget_bytes is not None:
         check_budget_bytes(budget_bytes)
     schedule, lines = read_schedule_lines(path)
-    program = load_one(source, trace)
+    program = load_one(source, trace) if trace is not None else _program_for(source, schedule.trace_sha256)
     given = ratio is not None or budget_bytes is not None
     budget = budget_of(program, ratio, budget_bytes) if given else schedule.budget_bytes
     try:
@@ -68,6 +69,20 @@ def check_cmd(
     for label, value in rows:
         table.add_row(label, value)
     console().print(table)
+
+
+def _program_for(source: str, sha256: str):
+    """The one trace of SOURCE, or among several the one the schedule is for (by its sha256)."""
+    from ..trace import load
+
+    programs = load(source)
+    if len(programs) == 1:
+        return programs[0]
+    for program in programs:
+        if program.sha256 == sha256:
+            return program
+    raise UsageError(f"{source}: none of its {len(programs)} traces has the schedule's sha256 {sha256[:12]}... "
+                     "(pick one with --trace to see why)")
 
 
 _GROUP_HELP = "Schedules as data: check one against its trace (docs/schedules.md)."
