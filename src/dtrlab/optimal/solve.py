@@ -1,0 +1,240 @@
+"""The whole optimal solve of one trace at one budget: the model, a solver, the schedule it implies, and
+that schedule replayed by the schedule checker (whose overhead is the one reported, never the solver's).
+
+Also the LP relaxation's bound alone, and the smallest budget any schedule can have (a lower bound).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import UsageError
+from ..schedule.check import Replay, check_schedule
+from ..schedule.format import COMPUTE, FREE, Schedule
+from ..trace.lower import Program
+from .graph import ItemGraph, item_graph
+from .model import Milp, build_milp
+from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, SOLVERS, UNKNOWN, SolverRun, solve_cpsat, solve_highs
+
+DEFAULT_SOLVER = "highs"
+DEFAULT_TIME_LIMIT_S = 600.0
+DEFAULT_GAP = 1e-4  # the overhead gap at which a solve stops: (best - bound) <= gap x the program's compute
+DEFAULT_THREADS = 1
+
+# What a result is: an exact solve of the stage model (its schedule and its bound), or the LP bound alone.
+EXACT, LP_ONLY = "exact", "lp-bound"
+
+
+@dataclass(frozen=True)
+class OptimalResult:
+    """One budget's answer. overhead is the replay's; bound_overhead is proven for the stage model's
+    schedules (docs/optimal.md says which); gap = (overhead - bound) / overhead."""
+
+    trace: str
+    budget_bytes: int
+    kind: str  # EXACT or LP_ONLY
+    solver: str
+    status: str  # optimal, feasible (not proven best), infeasible (no schedule in the model), unknown
+    overhead: float | None
+    bound_overhead: float
+    lp_bound_overhead: float | None
+    gap: float | None
+    solve_s: float
+    lp_s: float | None
+    n_binaries: int
+    n_rows: int
+    rounds: int  # solves: the relaxation's, then one for each refinement of stages that crossed the budget
+    exact_stages: int  # stages given exact rows
+    replay: Replay | None
+    schedule: Schedule | None
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("replay", "schedule")}
+        d["peak_bytes"] = self.replay.peak_bytes if self.replay else None
+        d["remat_ns"] = self.replay.remat_ns if self.replay else None
+        d["n_recompute"] = self.replay.n_recompute if self.replay else None
+        return d
+
+
+def overhead_of(program: Program, remat_ns: float) -> float:
+    """The overhead of a schedule recomputing `remat_ns`: the clock (from 1, as the simulator's) over compute."""
+    return (1 + program.compute_ns + remat_ns) / program.compute_ns
+
+
+def schedule_from_solution(program: Program, g: ItemGraph, m: Milp, x: np.ndarray, made_by: str,
+                           budget_bytes: int) -> tuple[Schedule, list[int]]:
+    """The events a solution means, and the peak bytes of each stage as they run: per stage, the
+    recomputations in program order then the stage's operator (constants at their place); each storage
+    freed right after its last use in a stage unless the solution keeps it into the next."""
+    T = g.n_stages
+    recompute: list[list[int]] = [[] for _ in range(T + 1)]
+    for (k, o), c in m.r_cols.items():
+        if x[c] > 0.5:
+            recompute[k].append(o)
+    kept: list[set[int]] = [set() for _ in range(T + 2)]
+    for (k, s), c in m.s_cols.items():
+        if x[c] > 0.5:
+            kept[k].add(s)
+    kept[T + 1] = set(np.flatnonzero(g.pinned).tolist())
+    size = g.item_bytes.tolist()
+    storage = g.item_storage.tolist()
+    out_bytes = g.op_out_bytes.tolist()
+    const = program.op_constant.tolist()
+    kind: list[int] = []
+    target: list[int] = []
+    peaks = [0] * (T + 1)
+    resident: set[int] = set()  # storage items
+    resident_bytes = 0
+    next_op = 0
+
+    def free(items) -> None:
+        nonlocal resident_bytes
+        for s in sorted(items):
+            kind.append(FREE)
+            target.append(storage[s])
+            resident.discard(s)
+            resident_bytes -= size[s]
+
+    for k in range(T + 1):
+        last = int(g.stage_op[k]) if k < T else program.n_ops
+        while next_op < last:  # the constants made before this stage's operator
+            assert const[next_op]
+            kind.append(COMPUTE)
+            target.append(next_op)
+            next_op += 1
+        comps = sorted(recompute[k]) + ([last] if k < T else [])
+        next_op = last + 1 if k < T else next_op
+        touched_later: list[set[int]] = [set() for _ in range(len(comps) + 1)]
+        for i in range(len(comps) - 1, -1, -1):
+            o = comps[i]
+            touched_later[i] = touched_later[i + 1] | set(g.op_ins[o]) | set(g.op_outs[o])
+        free({s for s in resident if s not in touched_later[0] and s not in kept[k + 1]})
+        for i, o in enumerate(comps):
+            kind.append(COMPUTE)
+            target.append(o)
+            peaks[k] = max(peaks[k], int(g.const_bytes[k]) + resident_bytes + out_bytes[o])
+            for s in g.op_outs[o]:
+                if size[s] and s not in resident:
+                    resident.add(s)
+                    resident_bytes += size[s]
+            touched = set(g.op_ins[o]) | set(g.op_outs[o])
+            free({s for s in touched if s in resident and s not in touched_later[i + 1] and s not in kept[k + 1]})
+    schedule = Schedule(np.array(kind, np.int8), np.array(target, np.int32), program.sha256, made_by, budget_bytes)
+    return schedule, peaks
+
+
+def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: float, say) -> SolverRun:
+    if solver == "highs":
+        return solve_highs(m, time_limit_s, threads, abs_gap_ns, progress=say)
+    return solve_cpsat(m, time_limit_s, threads, abs_gap_ns)
+
+
+def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_SOLVER,
+                  time_limit_s: float = DEFAULT_TIME_LIMIT_S, threads: int = DEFAULT_THREADS,
+                  gap: float = DEFAULT_GAP, lp_bound: bool = True,
+                  progress: Callable[[str], None] | None = None) -> OptimalResult:
+    """The best schedule found within `time_limit_s`, replayed under the budget, and a bound no schedule
+    beats. The first solve holds memory at stage boundaries only (a relaxation: its bound holds for every
+    schedule); a stage whose recomputations then cross the budget gets exact rows, and the solve repeats."""
+    if solver not in SOLVERS:
+        raise UsageError(f"unknown solver {solver!r} (known: {', '.join(SOLVERS)})")
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit_s
+    g = item_graph(program)
+    exact: set[int] = set()
+    m = build_milp(g, budget_bytes)
+    say(f"{program.name}: {m.n_binaries:,} binaries, {m.n_cols - m.n_binaries:,} continuous, {m.n_rows:,} rows "
+        f"(built in {time.perf_counter() - t0:.1f} s)")
+    lp = None
+    if m.infeasible is None and lp_bound:
+        lp = solve_highs(m, time_limit_s, threads, relax=True)
+        say(f"LP bound {_fmt(overhead_of(program, lp.bound) if lp.status == OPTIMAL else None)} "
+            f"in {lp.time_s:.1f} s ({lp.status})")
+    abs_gap_ns = gap * program.compute_ns
+    run = bound_run = None
+    schedule = None
+    rounds = 0
+    if m.infeasible is not None or (lp is not None and lp.status == INFEASIBLE):
+        run = bound_run = SolverRun(solver, INFEASIBLE, None, None, math.inf, 0.0)
+    while run is None or (run.x is not None and schedule is None):
+        left = deadline - time.perf_counter()
+        if run is not None and left <= 0:
+            break
+        run = _solve(m, solver, max(left, 1.0), threads, abs_gap_ns, say)
+        rounds += 1
+        bound_run = bound_run or run  # the relaxation's run: its bound holds for every schedule
+        if run.x is None:
+            break
+        candidate, peaks = schedule_from_solution(program, g, m, run.x, f"optimal:{run.solver}", budget_bytes)
+        over = {k for k, peak in enumerate(peaks) if peak > budget_bytes}
+        if not over:
+            schedule = candidate
+            break
+        if over <= exact:  # the model's memory and the schedule's disagree: a bug, said as such
+            raise AssertionError(f"stages {sorted(over)} cross the budget with exact rows")
+        exact |= over
+        say(f"round {rounds}: {len(over)} stage(s) cross the budget while recomputing: "
+            f"exact rows for {len(exact)} stage(s)")
+        m = build_milp(g, budget_bytes, frozenset(exact))
+    lp_over = None if lp is None or lp.status != OPTIMAL else overhead_of(program, lp.bound)
+    bound_ns = max(bound_run.bound, lp.bound if lp_over is not None else 0.0)
+    bound_over = math.inf if bound_run.status == INFEASIBLE else overhead_of(program, bound_ns)
+    replay = None
+    overhead = gap_reached = None
+    status = run.status if schedule is None else FEASIBLE
+    if schedule is not None:
+        replay = check_schedule(program, schedule, budget_bytes)
+        overhead = replay.overhead
+        gap_reached = max(0.0, (overhead - bound_over) / overhead)
+        if replay.remat_ns <= bound_ns + abs_gap_ns:
+            status = OPTIMAL
+    elif status in (OPTIMAL, FEASIBLE):
+        status = UNKNOWN  # solutions found, none of them a schedule within the budget in time
+    solve_s = time.perf_counter() - t0
+    say(f"{status}: best {_fmt(overhead)}, bound {_fmt(bound_over)} in {solve_s:.1f} s, {rounds} round(s)")
+    return OptimalResult(program.name, budget_bytes, EXACT, solver, status, overhead, bound_over, lp_over,
+                         gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
+                         rounds, len(exact), replay, schedule)
+
+
+def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+             threads: int = DEFAULT_THREADS) -> OptimalResult:
+    """The LP relaxation's bound alone (no schedule)."""
+    g = item_graph(program)
+    m = build_milp(g, budget_bytes)
+    if m.infeasible is not None:
+        return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", INFEASIBLE, None, math.inf, math.inf,
+                             None, 0.0, 0.0, m.n_binaries, m.n_rows, 0, 0, None, None)
+    lp = solve_highs(m, time_limit_s, threads, relax=True)
+    over = (math.inf if lp.status == INFEASIBLE else overhead_of(program, lp.bound) if lp.status == OPTIMAL
+            else overhead_of(program, 0.0))
+    return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", lp.status, None, over,
+                         over if lp.status == OPTIMAL else None, None, lp.time_s, lp.time_s, m.n_binaries,
+                         m.n_rows, 1, 0, None, None)
+
+
+def min_budget_bytes(program: Program) -> int:
+    """No schedule fits below this: an operator needs its inputs' storages, its outputs' bytes and the
+    constants made so far resident at once, and the end needs every pinned output and constant."""
+    g = item_graph(program)
+    need = 0
+    size = g.item_bytes.tolist()
+    for k, o in enumerate(g.stage_op.tolist()):
+        ins = sum(size[i] for i in g.op_ins[o] if i not in g.op_outs[o])
+        need = max(need, int(g.const_bytes[k]) + ins + int(g.op_out_bytes[o]))
+    pinned = int(g.item_bytes[g.pinned].sum())
+    return max(need, int(g.const_bytes[-1]) + pinned)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else "inf" if x == math.inf else f"{x:.4f}x"
+
+
+__all__ = ["OptimalResult", "solve_optimal", "lp_bound", "min_budget_bytes", "schedule_from_solution",
+           "overhead_of", "EXACT", "LP_ONLY", "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
