@@ -156,6 +156,10 @@ def build_milp(g: ItemGraph, budget_bytes: int, exact_stages: frozenset[int] = f
             why = _boundary_memory_row(b, g, k, s_cols, stage_kept[k + 1], cap)
             infeasible = infeasible or why
         if k == T:
+            pinned_bytes = int(g.item_bytes[g.pinned].sum())
+            if pinned_bytes > cap:
+                infeasible = infeasible or (f"the outputs pinned at the end ({pinned_bytes:,} bytes) and the "
+                                            f"constants ({int(g.const_bytes[k]):,} bytes) exceed the budget")
             for s in np.flatnonzero(g.pinned).tolist():
                 terms = [(c, 1) for c in (s_cols.get((T, s)), r_cols.get((T, s_op[s]))) if c is not None]
                 b.row(terms, 1, INF)

@@ -39,7 +39,9 @@ class OptimalResult:
     budget_bytes: int
     kind: str  # EXACT or LP_ONLY
     solver: str
-    status: str  # optimal, feasible (not proven best), infeasible (no schedule in the model), unknown
+    # optimal (the bound meets the best), feasible (not proven best), infeasible (no schedule of the stage
+    # model fits; none at all when bound_overhead is inf), unknown (none found in time)
+    status: str
     overhead: float | None
     bound_overhead: float
     lp_bound_overhead: float | None
@@ -48,6 +50,7 @@ class OptimalResult:
     lp_s: float | None
     n_binaries: int
     n_rows: int
+    model_optimal: bool  # the last solve proved its schedule best among the stage model's (docs/optimal.md)
     rounds: int  # solves: the relaxation's, then one for each refinement of stages that crossed the budget
     exact_stages: int  # stages given exact rows
     replay: Replay | None
@@ -200,7 +203,7 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     say(f"{status}: best {_fmt(overhead)}, bound {_fmt(bound_over)} in {solve_s:.1f} s, {rounds} round(s)")
     return OptimalResult(program.name, budget_bytes, EXACT, solver, status, overhead, bound_over, lp_over,
                          gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
-                         rounds, len(exact), replay, schedule)
+                         schedule is not None and run.status == OPTIMAL, rounds, len(exact), replay, schedule)
 
 
 def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
@@ -210,13 +213,13 @@ def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_
     m = build_milp(g, budget_bytes)
     if m.infeasible is not None:
         return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", INFEASIBLE, None, math.inf, math.inf,
-                             None, 0.0, 0.0, m.n_binaries, m.n_rows, 0, 0, None, None)
+                             None, 0.0, 0.0, m.n_binaries, m.n_rows, False, 0, 0, None, None)
     lp = solve_highs(m, time_limit_s, threads, relax=True)
     over = (math.inf if lp.status == INFEASIBLE else overhead_of(program, lp.bound) if lp.status == OPTIMAL
             else overhead_of(program, 0.0))
     return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", lp.status, None, over,
                          over if lp.status == OPTIMAL else None, None, lp.time_s, lp.time_s, m.n_binaries,
-                         m.n_rows, 1, 0, None, None)
+                         m.n_rows, False, 1, 0, None, None)
 
 
 def min_budget_bytes(program: Program) -> int:
