@@ -105,3 +105,75 @@ def test_another_traces_schedule_is_rejected_at_the_header():
 def test_other_mistakes_are_rejected(events, event, words):
     p = view_program()
     _rejects(p, schedule(p, *events), None, event, words)
+
+
+# --- real schedules broken by hand ------------------------------------------------------------
+
+from conftest import needs_shared, public_program  # noqa: E402
+from dtrlab.schedule import Schedule  # noqa: E402
+from dtrlab.schedule.emit import simulate_schedule  # noqa: E402
+from dtrlab.sim.simulate import budget_from_ratio  # noqa: E402
+
+
+def _without(sched, i):
+    keep = [k for k in range(len(sched)) if k != i]
+    return Schedule(sched.kind[keep], sched.target[keep], sched.trace_sha256, sched.made_by, sched.budget_bytes)
+
+
+@needs_shared
+def test_dtrs_own_schedule_with_a_recomputation_taken_out_fails_where_the_value_is_next_needed():
+    p = public_program("resnet32")
+    budget = budget_from_ratio(p, 0.101)
+    _, sched = simulate_schedule(p, budget)
+    kinds, targets = sched.kind.tolist(), sched.target.tolist()
+    seen, tried = set(), 0
+    for i, (k, op) in enumerate(zip(kinds, targets)):  # op: a storage for a free
+        if k != 0:
+            continue
+        first = op not in seen
+        seen.add(op)
+        if first or p.op_n_out[op] != 1 or p.tensor_alias_arg[p.op_out_start[op]] >= 0:
+            continue
+        out = int(p.op_out_start[op])
+        storage = int(p.tensor_storage[out])
+        # where the value is next wanted: an operator reading it, a free of its storage, or the
+        # end (an output recomputed to be resident there)
+        wanted = next((j for j in range(i + 1, len(sched))
+                       if (kinds[j] == 0 and out in p.args_of(targets[j]).tolist())
+                       or (kinds[j] == 1 and targets[j] == storage)), len(sched))
+        broken = _without(sched, i)
+        with pytest.raises(ScheduleError) as info:
+            check_schedule(p, broken, budget)
+        assert info.value.event_index == wanted - 1, (i, str(info.value))
+        assert info.value.at_end == (wanted == len(sched))
+        tried += 1
+        if tried == 20:
+            break
+    assert tried == 20
+
+
+@needs_shared
+def test_dtrs_own_schedule_under_a_byte_less_than_its_peak_fails_where_the_peak_was():
+    from dtrlab.sim.instruments import EVENT_KINDS, Instruments
+    from dtrlab.sim.simulate import simulate
+
+    p = public_program("lstm")
+    budget = budget_from_ratio(p, 0.265)
+    result, sched = simulate_schedule(p, budget)
+    log = simulate(p, budget, instruments=Instruments(per_storage=False, events=True)).observations.events
+    # the engine's own account: the first (re)computation at whose start resident bytes plus its
+    # outputs' reach the peak; its position among the schedule's events
+    need = {o: int(p.tensor_size_bytes[p.op_out_start[o]:p.op_out_start[o] + p.op_n_out[o]].sum()) for o in range(p.n_ops)}
+    computes = (EVENT_KINDS["compute"], EVENT_KINDS["remat"])
+    frees = (EVENT_KINDS["evict"], EVENT_KINDS["evict_eager"])
+    memory, event = 0, -1
+    for k, t, m in zip(log.kind.tolist(), log.tensor.tolist(), log.memory_bytes.tolist()):
+        if k in computes or k in frees:
+            event += 1
+        if k in computes and memory + need[int(p.tensor_op[t])] == result.peak_bytes:
+            break
+        memory = m
+    with pytest.raises(ScheduleError, match="crosses the budget") as info:
+        check_schedule(p, sched, result.peak_bytes - 1)
+    assert info.value.event_index == event
+    assert check_schedule(p, sched, result.peak_bytes).peak_bytes == result.peak_bytes
