@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cases import schedule, view_program
+from dtrlab.errors import UsageError
 from dtrlab.schedule import COMPUTE, FREE, Schedule, ScheduleFileError, read_schedule, write_schedule
 
 SHA = "ab" * 32
@@ -86,7 +87,7 @@ def test_a_bad_file_is_one_line_with_its_line_number(tmp_path, text, line, words
 
 
 def test_a_missing_file_and_a_binary_file(tmp_path):
-    with pytest.raises(ScheduleFileError, match="cannot read"):
+    with pytest.raises(UsageError, match=r"nope.jsonl: cannot read the schedule: No such file"):
         read_schedule(tmp_path / "nope.jsonl")
     path = tmp_path / "bin.jsonl"
     path.write_bytes(HEAD.encode() + b"\n\xff\xfe\n")

@@ -145,7 +145,8 @@ def _event(path: str, line: int, text: str) -> tuple[int, int]:
 
 
 def read_schedule(path: str | Path) -> Schedule:
-    """The schedule in `path`; a malformed file raises ScheduleFileError(path, line, reason).
+    """The schedule in `path`; a malformed file raises ScheduleFileError(path, line, reason), one
+    that cannot be read a UsageError.
 
     Only the syntax is checked here: whether the events make sense for a trace is check_schedule's."""
     return read_schedule_lines(path)[0]
@@ -158,7 +159,7 @@ def read_schedule_lines(path: str | Path) -> tuple[Schedule, list[int]]:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise ScheduleFileError(name, 0, f"cannot read the schedule ({exc.strerror or exc})") from None
+        raise UsageError(f"{name}: cannot read the schedule: {exc.strerror or exc}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
