@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
 from ..sim.instruments import COMPUTE as LOG_COMPUTE
 from ..sim.instruments import EVENT_KINDS, EVICT, EVICT_EAGER, REMAT, EventLog, Instruments
 from ..sim.result import RunResult
@@ -18,7 +19,7 @@ from .format import COMPUTE, FREE, Schedule, write_schedule
 EVENTS_ONLY = Instruments(per_storage=False, memory_series=False, events=True, oom_snapshot=False)
 
 
-def made_by(policy: str, runtime: str) -> str:
+def maker_name(policy: str, runtime: str) -> str:
     """A simulation's maker, as a schedule's header says it: "dtr/eager-optimized"."""
     return f"{policy}/{runtime}"
 
@@ -35,12 +36,12 @@ def schedule_of_log(program: Program, log: EventLog, made_by: str, budget_bytes:
     return Schedule(kind.astype(np.int8), target.astype(np.int32), program.sha256, made_by, budget_bytes)
 
 
-def simulate_schedule(program: Program, budget_bytes: int | None, policy="dtr", runtime="eager-optimized",
+def simulate_schedule(program: Program, budget_bytes: int | None, policy=DEFAULT_POLICY, runtime=DEFAULT_RUNTIME,
                       **kwargs) -> tuple[RunResult, Schedule]:
     """`simulate(...)` (the same arguments) and the run's schedule. An out-of-memory (or remat-limit)
     run's schedule is the prefix it made before it stopped."""
     result = simulate(program, budget_bytes, policy, runtime, instruments=EVENTS_ONLY, **kwargs)
-    maker = made_by(result.policy, result.runtime)
+    maker = maker_name(result.policy, result.runtime)
     return result, schedule_of_log(program, result.observations.events, maker, budget_bytes)
 
 
