@@ -19,6 +19,7 @@ from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
+from .warm import start_of_schedule
 from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, SOLVERS, UNKNOWN, SolverRun, solve_cpsat, solve_highs
 
 DEFAULT_SOLVER = "highs"
@@ -50,6 +51,7 @@ class OptimalResult:
     lp_s: float | None
     n_binaries: int
     n_rows: int
+    dtr_overhead: float | None  # DTR's own run at this budget (None: not run, or it ran out of memory)
     model_optimal: bool  # the last solve proved its schedule best among the stage model's (docs/optimal.md)
     rounds: int  # solves: the relaxation's, then one for each refinement of stages that crossed the budget
     exact_stages: int  # stages given exact rows
@@ -131,15 +133,28 @@ def schedule_from_solution(program: Program, g: ItemGraph, m: Milp, x: np.ndarra
     return schedule, peaks
 
 
-def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: float, say) -> SolverRun:
+def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: float, say,
+           start: np.ndarray | None) -> SolverRun:
     if solver == "highs":
-        return solve_highs(m, time_limit_s, threads, abs_gap_ns, progress=say)
+        return solve_highs(m, time_limit_s, threads, abs_gap_ns, progress=say, start=start)
     return solve_cpsat(m, time_limit_s, threads, abs_gap_ns)
+
+
+def _dtr_start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
+    """DTR's run at this budget: its overhead, and its schedule as a starting solution (None if it ran out)."""
+    from ..schedule.emit import simulate_schedule
+
+    result, schedule = simulate_schedule(program, budget_bytes, "dtr")
+    if result.outcome != "ok":
+        say(f"DTR: {result.outcome}")
+        return None, None
+    say(f"DTR: {result.overhead:.4f}x, its schedule the starting solution")
+    return result.overhead, start_of_schedule(program, g, m, schedule)
 
 
 def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_SOLVER,
                   time_limit_s: float = DEFAULT_TIME_LIMIT_S, threads: int = DEFAULT_THREADS,
-                  gap: float = DEFAULT_GAP, lp_bound: bool = True,
+                  gap: float = DEFAULT_GAP, lp_bound: bool = True, warm_start: bool = True,
                   progress: Callable[[str], None] | None = None) -> OptimalResult:
     """The best schedule found within `time_limit_s`, replayed under the budget, and a bound no schedule
     beats. The first solve holds memory at stage boundaries only (a relaxation: its bound holds for every
@@ -160,6 +175,9 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         say(f"LP bound {_fmt(overhead_of(program, lp.bound) if lp.status == OPTIMAL else None)} "
             f"in {lp.time_s:.1f} s ({lp.status})")
     abs_gap_ns = gap * program.compute_ns
+    dtr_overhead = start = None
+    if warm_start and m.infeasible is None:
+        dtr_overhead, start = _dtr_start(program, g, m, budget_bytes, say)
     run = bound_run = None
     schedule = None
     rounds = 0
@@ -169,7 +187,7 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         left = deadline - time.perf_counter()
         if run is not None and left <= 0:
             break
-        run = _solve(m, solver, max(left, 1.0), threads, abs_gap_ns, say)
+        run = _solve(m, solver, max(left, 1.0), threads, abs_gap_ns, say, start if not exact else None)
         rounds += 1
         bound_run = bound_run or run  # the relaxation's run: its bound holds for every schedule
         if run.x is None:
@@ -203,7 +221,7 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     say(f"{status}: best {_fmt(overhead)}, bound {_fmt(bound_over)} in {solve_s:.1f} s, {rounds} round(s)")
     return OptimalResult(program.name, budget_bytes, EXACT, solver, status, overhead, bound_over, lp_over,
                          gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
-                         schedule is not None and run.status == OPTIMAL, rounds, len(exact), replay, schedule)
+                         dtr_overhead, schedule is not None and run.status == OPTIMAL, rounds, len(exact), replay, schedule)
 
 
 def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
@@ -213,13 +231,13 @@ def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_
     m = build_milp(g, budget_bytes)
     if m.infeasible is not None:
         return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", INFEASIBLE, None, math.inf, math.inf,
-                             None, 0.0, 0.0, m.n_binaries, m.n_rows, False, 0, 0, None, None)
+                             None, 0.0, 0.0, m.n_binaries, m.n_rows, None, False, 0, 0, None, None)
     lp = solve_highs(m, time_limit_s, threads, relax=True)
     over = (math.inf if lp.status == INFEASIBLE else overhead_of(program, lp.bound) if lp.status == OPTIMAL
             else overhead_of(program, 0.0))
     return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", lp.status, None, over,
                          over if lp.status == OPTIMAL else None, None, lp.time_s, lp.time_s, m.n_binaries,
-                         m.n_rows, False, 1, 0, None, None)
+                         m.n_rows, None, False, 1, 0, None, None)
 
 
 def min_budget_bytes(program: Program) -> int:

@@ -57,12 +57,14 @@ def _scaled_rows(m: Milp, unit: float):
 
 
 def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: float = 0.0,
-                relax: bool = False, progress: Callable[[str], None] | None = None) -> SolverRun:
-    """Solve with HiGHS; `relax`: the LP relaxation only (its optimum bounds the MILP's)."""
+                relax: bool = False, progress: Callable[[str], None] | None = None,
+                start: np.ndarray | None = None) -> SolverRun:
+    """Solve with HiGHS; `relax`: the LP relaxation only (its optimum bounds the MILP's); `start`: a
+    feasible solution to begin from."""
     import highspy
 
     t0 = time.perf_counter()
-    h = highspy.Highs()
+    h = _quiet_highs(highspy)
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", threads)
     h.setOptionValue("time_limit", float(time_limit_s))
@@ -91,6 +93,11 @@ def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: floa
         lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
                            for i in m.col_int.tolist()]
     h.passModel(lp)
+    if start is not None and not relax:
+        solution = highspy.HighsSolution()
+        solution.col_value = start.tolist()
+        solution.value_valid = True
+        h.setSolution(solution)
     if progress is not None and not relax:
         _watch_highs(h, progress)
     h.run()
@@ -116,9 +123,28 @@ def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: floa
     return SolverRun("highs", UNKNOWN, None, None, max(bound, 0.0), elapsed)
 
 
+def _quiet_highs(highspy):
+    """A Highs instance, its copyright banner (written to stdout on the first one made) kept off stdout,
+    where a command's JSON goes."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    return h
+
+
 def _watch_highs(h, progress: Callable[[str], None]) -> None:
     """Report the best solution and the bound every few seconds as HiGHS's MIP search runs."""
     last = [0.0]
+    t0 = time.perf_counter()
 
     def on_event(event) -> None:
         now = time.perf_counter()
@@ -126,8 +152,9 @@ def _watch_highs(h, progress: Callable[[str], None]) -> None:
             return
         last[0] = now
         d = event.data_out
-        progress(f"best {d.objective_function_value:.6g} ns, bound {d.mip_dual_bound:.6g} ns, "
-                 f"gap {d.mip_gap:.2%}, {d.mip_node_count} nodes")
+        if math.isfinite(d.objective_function_value) and math.isfinite(d.mip_dual_bound):
+            progress(f"recompute: best {d.objective_function_value:,.0f} ns, bound {d.mip_dual_bound:,.0f} ns "
+                     f"({d.mip_node_count} nodes, {now - t0:.0f} s)")
 
     try:
         h.cbMipInterrupt.subscribe(on_event)

@@ -1,0 +1,103 @@
+"""`dtrlab optimal`: the best schedule a solver finds for one trace and budget, and a bound no schedule beats.
+
+A thin typer layer over optimal.solve; progress lines go to stderr, the result to stdout.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT
+from ..output import clean, console, print_json
+from ..trace import resolve_source
+from .solvers import SOLVERS
+from .solve import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
+
+SolverName = Enum("SolverName", {name: name for name in SOLVERS}, type=str)
+
+
+def optimal_cmd(
+    source: Optional[str] = SOURCE_ARG,
+    traces: Optional[str] = TRACES_OPT,
+    trace: Optional[str] = TRACE_OPT,
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
+    time_limit: float = typer.Option(DEFAULT_TIME_LIMIT_S, "--time-limit", metavar="S",
+                                     help="Seconds for the whole solve; the best found by then is reported."),
+    solver: SolverName = typer.Option(DEFAULT_SOLVER, "--solver", help="highs (the default) or cpsat."),
+    threads: int = typer.Option(DEFAULT_THREADS, "--threads", metavar="N", help="The solver's threads."),
+    gap: float = typer.Option(DEFAULT_GAP, "--gap", metavar="G",
+                              help="Stop once the best is within G of the bound, in overhead (0.0001: 0.01%)."),
+    schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="FILE",
+                                               help="Write the best schedule (docs/schedules.md) to FILE."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """The best schedule found for one trace under one budget, replayed by the schedule checker, and a
+    lower bound on the overhead of any schedule (docs/optimal.md)."""
+    source = resolve_source(source, traces)
+    from ..sim.simulate import budget_of, check_budget_args
+    from ..trace import load_one
+    from .solve import solve_optimal
+
+    check_budget_args(ratio, budget_bytes)
+    if not time_limit > 0 or not math.isfinite(time_limit):
+        raise UsageError(f"--time-limit must be a positive number of seconds, got {time_limit}")
+    if threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}")
+    if not 0 <= gap < 1:
+        raise UsageError(f"--gap must be in [0, 1), got {gap}")
+    if schedule_out is not None:
+        target = Path(schedule_out)
+        if target.is_dir():
+            raise UsageError(f"{schedule_out}: is a folder; --schedule-out names the file to write")
+        if not target.parent.is_dir():
+            raise UsageError(f"{target.parent}: no such folder")
+    program = load_one(source, trace)
+    budget = budget_of(program, ratio, budget_bytes)
+    say = None if quiet else (lambda msg: typer.echo(f"optimal: {msg}", err=True))
+    result = solve_optimal(program, budget, solver=solver.value, time_limit_s=time_limit, threads=threads,
+                           gap=gap, progress=say)
+    if schedule_out is not None and result.schedule is not None:
+        from ..schedule.format import write_schedule
+
+        write_schedule(result.schedule, schedule_out, {"trace": program.name, "overhead": result.overhead,
+                                                       "bound_overhead": result.bound_overhead})
+    out = {k: clean(v) if isinstance(v, float) else v for k, v in result.to_dict().items()}
+    out["ratio"] = ratio
+    out["schedule_out"] = schedule_out if result.schedule is not None else None
+    if as_json:
+        print_json(out)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{program.name}: optimal ({result.solver}), budget {budget:,} bytes"
+                        + (f", ratio {ratio:g}" if ratio is not None else ""), title_justify="left", show_header=False)
+    table.add_column("")
+    table.add_column("", justify="right")
+
+    def x(v):
+        return "n/a" if v is None else "inf" if v == math.inf else f"{v:.6f}"
+
+    rows = [("status", result.status), ("best found (replayed)", x(result.overhead)),
+            ("lower bound", x(result.bound_overhead)), ("gap", "n/a" if result.gap is None else f"{result.gap:.2%}"),
+            ("DTR at this budget", x(result.dtr_overhead)), ("LP bound", x(result.lp_bound_overhead)),
+            ("solve time", f"{result.solve_s:.1f} s ({result.rounds} solve(s), {result.exact_stages} exact stage(s))"),
+            ("model", f"{result.n_binaries:,} binaries, {result.n_rows:,} rows")]
+    if result.replay is not None:
+        rows += [("peak memory", f"{result.replay.peak_bytes:,}"), ("recomputations", f"{result.replay.n_recompute:,}")]
+    if out["schedule_out"]:
+        rows.append(("schedule", schedule_out))
+    for label, value in rows:
+        table.add_row(label, value)
+    console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("optimal")(optimal_cmd)
