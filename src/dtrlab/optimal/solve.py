@@ -181,13 +181,20 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     run = bound_run = None
     schedule = None
     rounds = 0
+    fallback = None  # the start's own schedule, when it fits: kept if no solve does better in time
+    if start is not None:
+        candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
+        if max(peaks) <= budget_bytes:
+            fallback = (float(m.col_cost @ start), candidate)
+    n_leading = len(m.r_cols) + len(m.s_cols)  # R and S come first in every refinement of the model
     if m.infeasible is not None or (lp is not None and lp.status == INFEASIBLE):
         run = bound_run = SolverRun(solver, INFEASIBLE, None, None, math.inf, 0.0)
     while run is None or (run.x is not None and schedule is None):
         left = deadline - time.perf_counter()
         if run is not None and left <= 0:
             break
-        run = _solve(m, solver, max(left, 1.0), threads, abs_gap_ns, say, start if not exact else None)
+        run = _solve(m, solver, max(left, 1.0), threads, abs_gap_ns, say,
+                     None if start is None else start[:n_leading])
         rounds += 1
         bound_run = bound_run or run  # the relaxation's run: its bound holds for every schedule
         if run.x is None:
@@ -203,6 +210,10 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         say(f"round {rounds}: {len(over)} stage(s) cross the budget while recomputing: "
             f"exact rows for {len(exact)} stage(s)")
         m = build_milp(g, budget_bytes, frozenset(exact))
+    model_optimal = schedule is not None and run.status == OPTIMAL
+    if fallback is not None and (schedule is None or fallback[0] < run.objective):
+        schedule, model_optimal = fallback[1], False
+        say("the solves found nothing better than the start's own schedule")
     lp_over = None if lp is None or lp.status != OPTIMAL else overhead_of(program, lp.bound)
     bound_ns = max(bound_run.bound, lp.bound if lp_over is not None else 0.0)
     bound_over = math.inf if bound_run.status == INFEASIBLE else overhead_of(program, bound_ns)
@@ -221,7 +232,7 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     say(f"{status}: best {_fmt(overhead)}, bound {_fmt(bound_over)} in {solve_s:.1f} s, {rounds} round(s)")
     return OptimalResult(program.name, budget_bytes, EXACT, solver, status, overhead, bound_over, lp_over,
                          gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
-                         dtr_overhead, schedule is not None and run.status == OPTIMAL, rounds, len(exact), replay, schedule)
+                         dtr_overhead, model_optimal, rounds, len(exact), replay, schedule)
 
 
 def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_TIME_LIMIT_S,

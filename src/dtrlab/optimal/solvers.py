@@ -59,8 +59,8 @@ def _scaled_rows(m: Milp, unit: float):
 def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: float = 0.0,
                 relax: bool = False, progress: Callable[[str], None] | None = None,
                 start: np.ndarray | None = None) -> SolverRun:
-    """Solve with HiGHS; `relax`: the LP relaxation only (its optimum bounds the MILP's); `start`: a
-    feasible solution to begin from."""
+    """Solve with HiGHS; `relax`: the LP relaxation only (its optimum bounds the MILP's); `start`: values
+    of the leading columns to begin from."""
     import highspy
 
     t0 = time.perf_counter()
@@ -94,10 +94,8 @@ def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: floa
                            for i in m.col_int.tolist()]
     h.passModel(lp)
     if start is not None and not relax:
-        solution = highspy.HighsSolution()
-        solution.col_value = start.tolist()
-        solution.value_valid = True
-        h.setSolution(solution)
+        # the leading columns' values (a refined model's extra columns are left to HiGHS to complete)
+        h.setSolution(len(start), np.arange(len(start), dtype=np.int32), start.astype(float))
     if progress is not None and not relax:
         _watch_highs(h, progress)
     h.run()
