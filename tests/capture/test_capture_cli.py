@@ -58,3 +58,29 @@ def test_capture_script(tmp_path, capsys):
 def test_capture_mistakes_are_one_line(argv, message, capsys):
     code, _, err = _run(argv, capsys)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_capture_prints_bytes_as_people_read_them_and_why_its_two_peaks_differ(tmp_path, capsys):
+    """No `batch None` for a script given no --batch; bytes through the CLI's one formatter; the
+    gap between the simulated peak (what a ratio is of) and the plain step's is explained."""
+    from pathlib import Path
+
+    from dtrlab.cli import _bytes
+
+    steps = Path(__file__).with_name("user_steps.py")
+    argv = ["capture", "--script", f"{steps}:mlp_adam", "--out", str(tmp_path / "adam.log.gz")]
+    code, out, _ = _run(argv + ["--json"], capsys)
+    assert code == 0
+    summary = json.loads(out)
+    assert "batch" not in summary
+    simulated, plain = summary["simulated_peak_bytes"], summary["recorded_peak_bytes"]
+    assert simulated > plain == summary["in_place_peak_bytes"]  # Adam writes its constants in place
+    code, out, _ = _run(argv, capsys)
+    assert code == 0
+    assert "None" not in out and "batch" not in out
+    assert f"simulated peak     {_bytes(simulated)}" in out and f"plain step's peak  {_bytes(plain)}" in out
+    assert f"It is {simulated - plain:,} bytes ({100 * (simulated - plain) / plain:.1f}%) above" in out
+    assert f"written in place instead, the trace peaks at the plain step's {plain:,} bytes" in out
+    code, out, _ = _run(["capture", "--script", f"{steps}:mlp_adam", "--batch", "2",
+                         "--out", str(tmp_path / "b.log")], capsys)
+    assert "batch              2\n" in out

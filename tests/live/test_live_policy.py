@@ -217,7 +217,9 @@ def test_unplanned_the_decisions_can_differ_from_the_simulation_and_why():
     arguments resident (rematerializing) before the operator is in its graph, where a simulation
     has it there already (its outputs count in e*); with the step's own instructions as the plan,
     the same run makes exactly the simulation's decisions. The pinned case: ResNet-32 at 0.5, which
-    runs out of memory either way, after 149 evictions unplanned and 147 simulated."""
+    runs out of memory either way, after 137 evictions unplanned and 137 simulated, not the same
+    ones in the same order (149 and 147 before the capture held its written constants, issue 24:
+    the peak, and so the budget, grew by batch norm's running statistics' copies)."""
     from dtrlab.capture.recorder import Capture
 
     torch.manual_seed(0)
@@ -231,7 +233,7 @@ def test_unplanned_the_decisions_can_differ_from_the_simulation_and_why():
     unplanned = live_step(step, budget, "dtr", "logical", 0, "cpu", None)
     planned = live_step(step, budget, "dtr", "logical", 0, "cpu", stream)
     assert unplanned.outcome == sim.outcome == "oom"
-    assert (len(unplanned.evicted), len(sim.evicted)) == (149, 147)
+    assert (len(unplanned.evicted), len(sim.evicted)) == (137, 137)
     assert unplanned.evicted[:5] == sim.evicted[:5] and not same_decisions(unplanned, sim)
     assert same_decisions(planned, sim)
 

@@ -120,25 +120,53 @@ def capture(
         raise UsageError(f"--repeat must be at least 1, got {repeat}")
     step, label, kwargs = make_step(model, script, batch, device, size)
     import torch
+    from .peakgap import peak_gap
     from .recorder import record_median
-    from .save import save, to_program
-    from ..sim.simulate import baseline
+    from .save import save, to_program, to_text
 
     sync = torch.cuda.synchronize if device == "cuda" else None
     result = record_median(step, repeat=repeat, warmup=1, sync=sync)
     path = out or Path(f"{label}-{kwargs.get('batch', 'custom')}.log.gz")
     save(result, path)
-    program = to_program(result, label)
+    text = to_text(result, label)
+    peaks = peak_gap(text, result.peak_bytes)
     summary = {"trace": str(path), "model": label, "batch": kwargs.get("batch"), "device": device,
-               "repeat": repeat, "operators": result.operators, "compute_ns": program.compute_ns,
-               "recorded_peak_bytes": result.peak_bytes,
-               "simulated_peak_bytes": baseline(program).peak_bytes,
+               "repeat": repeat, "operators": result.operators, "compute_ns": to_program(result, label).compute_ns,
+               "recorded_peak_bytes": result.peak_bytes, "simulated_peak_bytes": peaks.simulated_peak_bytes,
+               "in_place_peak_bytes": peaks.in_place_peak_bytes,
                "mutated_bytes": result.mutated_bytes, "torch": torch.__version__}
+    if summary["batch"] is None:  # a script's factory that takes no batch
+        del summary["batch"]
     if as_json:
         print_json(summary)
         return
-    for key, value in summary.items():
-        typer.echo(f"{key:22} {value}")
+    _print_summary(summary)
+
+
+def _print_summary(summary: dict) -> None:
+    """The capture's figures, bytes and times as people read them, and why its two peaks differ."""
+    from ..cli import _bytes, _ns
+
+    shown = {"trace": summary["trace"], "model": summary["model"], "batch": summary.get("batch"),
+             "device": summary["device"], "repeat": summary["repeat"],
+             "operators": f"{summary['operators']:,}", "compute": _ns(summary["compute_ns"]),
+             "simulated peak": _bytes(summary["simulated_peak_bytes"]),
+             "plain step's peak": _bytes(summary["recorded_peak_bytes"]),
+             "written in place": _bytes(summary["mutated_bytes"]), "torch": summary["torch"]}
+    for key, value in shown.items():
+        if value is not None:
+            typer.echo(f"{key:18} {value}")
+    typer.echo("The simulated peak is the trace's unbounded run, what --ratio is a fraction of "
+               "(simulate, scan and run alike).")
+    simulated, plain = summary["simulated_peak_bytes"], summary["recorded_peak_bytes"]
+    if simulated != plain:
+        explained = ("written in place instead, the trace peaks at the plain step's "
+                     f"{plain:,} bytes" if summary["in_place_peak_bytes"] == plain else
+                     f"written in place instead, it peaks at {summary['in_place_peak_bytes']:,} bytes")
+        typer.echo(f"It is {simulated - plain:,} bytes ({100 * (simulated - plain) / plain:.1f}%) above the plain "
+                   "PyTorch step's (live storages counted once each): the trace writes in place into a copy of "
+                   "the written storage (MUTATE), as the live runtime does, and a written constant (a parameter, "
+                   f"an optimizer's state) keeps its original; {explained} (docs/capture.md).")
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,9 @@
 Owns the one mapping from tensors to trace instructions, shared by the trace recorder
 (recorder.py) and the live runtime (live/session.py), so a live step's instructions are its
 capture's, line for line: CONSTANT for a tensor made outside the step, CALL with MEMORY and ALIAS
-for an operator's new tensors, MUTATE for its writes, RELEASE when a tensor dies.
+for an operator's new tensors, MUTATE for its writes, RELEASE when a tensor dies; a tensor made
+outside the step on a storage some name already holds is a CALL of VIEW_OP, an alias of that name
+at no cost (never a second CONSTANT: the storage counts once, as PyTorch holds it once).
 
 How a tensor's last reference is seen: each tensor named gets a weakref.finalize. PyTorch keeps
 one Python object per TensorImpl and preserves it while C++ still holds the TensorImpl
@@ -29,6 +31,16 @@ format's MUTATE makes a new version for the written name only; so after a MUTATE
 named tensor on a written storage is rebound to the same window on the new version: a CALL of
 REBIND_OP on the written name, an ALIAS of it, at no cost, and a RELEASE of the old name. The old
 version then has no name left, as in PyTorch, where it is gone.
+
+A constant's storage is held by its owner (the model, the optimizer, the caller) for the whole
+step, and the engines keep it: a CONSTANT is pinned, and a live step keeps the caller's storage and
+writes into a copy. But the baseline that ratios are of (the reference's unconstrained run, which
+banishes) frees a pinned storage once its last name is released, which a constant's is when it is
+written (MUTATE releases the old version: an optimizer's update of a parameter or of its state,
+batch norm's running statistics, a gradient accumulated in place) or dropped (a gradient set to
+None). So before the first such write or RELEASE, the namer writes a COPY of the constant (the
+owner's reference, never released): every run, unbounded or not, then keeps the storage, and the
+baseline's peak is the engines' unbounded peak.
 """
 
 from __future__ import annotations
@@ -40,9 +52,10 @@ import weakref
 
 import torch
 
-from ..trace.read import BACKWARD, START, Alias, Annotate, Call, Constant, Instruction, Memory, Mutate, Release
+from ..trace.read import BACKWARD, START, Alias, Annotate, Call, Constant, Copy, Instruction, Memory, Mutate, Release
 
 REBIND_OP = "dtrlab.rebind"  # a tensor moved to the new version of the storage it shares with a written one
+VIEW_OP = "dtrlab.view"  # a tensor made outside the step on a storage a name already holds (not a CONSTANT)
 
 
 def storage_of(t: torch.Tensor) -> tuple[int, int]:
@@ -74,6 +87,8 @@ class Namer:
         self.live_bytes = self.peak_bytes = 0
         self.mutated_bytes = self.unattributed = self.operators = self.skipped_ns = 0
         self.rebinds = 0
+        self._constant_keys: set[int] = set()  # storages a CONSTANT was named on
+        self._held: set[int] = set()  # of those, the ones whose owner's COPY is written
         self._backward = False
         self._open = False
 
@@ -161,14 +176,31 @@ class Namer:
             if key is None:
                 ptr, nbytes = storage_of(t)
                 key = self.key(ptr, nbytes)
-            self.out.append(Constant(0, name))
-            # A constant sharing a live storage (a second view of a parameter) adds no bytes
-            # here, but the trace has no way to say so: it is counted as unattributed.
-            if key in self._storages:
-                self.unattributed += 1
-            self.out.append(Memory(0, name, nbytes))
+            on = self._on_key.get(key)
+            if on:
+                # A second view of a storage already named (two slices of one input, a view of a
+                # parameter): an alias of a name on it, at no cost, so the storage counts once.
+                self.out.append(Call(0, VIEW_OP, (next(iter(on)),), (name,), 0))
+                self.out.append(Memory(0, name, nbytes))
+                self.out.append(Alias(0, name, 0))
+            else:
+                self.out.append(Constant(0, name))
+                self.out.append(Memory(0, name, nbytes))
             self._track(t, name, key, nbytes)
+            self._constant_keys.add(key)
         return name
+
+    def _hold(self, name: str, releasing: bool = False) -> None:
+        """Before a write to `name`, or the RELEASE of the last name on its storage (`releasing`):
+        if that is a constant's storage not yet held, the owner's reference to it (a COPY, never
+        released: the module docstring). Until its first write the storage's names are all on the
+        constant's storage in the trace; from the write on, it is held."""
+        key = self._key_of[name]
+        if releasing and len(self._on_key[key]) > 1:
+            return
+        if key in self._constant_keys and key not in self._held:
+            self._held.add(key)
+            self.out.append(Copy(0, self._new_name(), name))
 
     def flush(self) -> None:
         """The releases queued since the last flush, as RELEASE lines (with `own_releases`; else the
@@ -178,6 +210,7 @@ class Namer:
             if not self._open or name not in self._key_of:
                 continue
             if self.own_releases:
+                self._hold(name, releasing=True)
                 self._untrack(tid, name)
                 self.out.append(Release(0, name))
             else:
@@ -199,6 +232,8 @@ class Namer:
         and made `results` (tensor, storage key, nbytes; none already named), taking time_ns.
         Returns the results' names; writes nothing for an operator with neither."""
         if mutated:
+            for m in mutated:
+                self._hold(arg_names[m])
             self.out.append(Mutate(0, op, tuple(arg_names), tuple(mutated), time_ns))
             self.operators += 1
             written_keys: dict[int, str] = {}

@@ -80,32 +80,41 @@ class Recorder(TorchDispatchMode):
         n = self.namer
         return Capture(tuple(n.out), n.peak_bytes, n.mutated_bytes, n.unattributed, n.operators, n.skipped_ns)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        namer = self.namer
-        with namer.lock:
-            namer.flush()
-            flat, _ = tree_flatten((args, kwargs))
-            inputs = [t for t in flat if isinstance(t, torch.Tensor)]
-            namer.mark_backward()
-            arg_names = [namer.name_of(t) for t in inputs]
-            written = written_tensors(func, args, kwargs)
-            mutated = [next(j for j, t in enumerate(inputs) if t is w) for w in written]
-        if self._sync is not None:
-            self._sync()
-        start_ns = time.perf_counter_ns()
-        out = func(*args, **kwargs)
-        if self._sync is not None:
-            self._sync()
-        time_ns = time.perf_counter_ns() - start_ns
-        with namer.lock:
-            namer.flush()
-            results = []
-            for t in new_results(out, lambda t: namer.name(t) is not None):
-                ptr, nbytes = storage_of(t)
-                results.append((t, namer.key(ptr, nbytes), nbytes))
-            namer.emit(str(func), arg_names, mutated, results, time_ns)
-        return out
+
+def _dispatch(self: Recorder, func, types, args=(), kwargs=None):
+    """The Recorder's handler: the operator's instructions around its timed run."""
+    kwargs = kwargs or {}
+    namer = self.namer
+    with namer.lock:
+        namer.flush()
+        flat, _ = tree_flatten((args, kwargs))
+        inputs = [t for t in flat if isinstance(t, torch.Tensor)]
+        namer.mark_backward()
+        arg_names = [namer.name_of(t) for t in inputs]
+        written = written_tensors(func, args, kwargs)
+        mutated = [next(j for j, t in enumerate(inputs) if t is w) for w in written]
+    if self._sync is not None:
+        self._sync()
+    start_ns = time.perf_counter_ns()
+    out = func(*args, **kwargs)
+    if self._sync is not None:
+        self._sync()
+    time_ns = time.perf_counter_ns() - start_ns
+    with namer.lock:
+        namer.flush()
+        results = []
+        for t in new_results(out, lambda t: namer.name(t) is not None):
+            ptr, nbytes = storage_of(t)
+            results.append((t, namer.key(ptr, nbytes), nbytes))
+        namer.emit(str(func), arg_names, mutated, results, time_ns)
+    return out
+
+
+# The mode's handler, set after the class is made: TorchDispatchMode wraps a handler defined in the
+# class body in dynamo's "disable", whose first call in a process imports torch._dynamo. That import
+# leaves a reference cycle holding the frames of the step it ran under; with the cycle collector
+# off (Namer.start), their tensors lived until the step's end, in the first capture of a process only.
+Recorder.__torch_dispatch__ = _dispatch
 
 
 def record(step: Callable[[], object], *, sync: Callable[[], None] | None = None) -> Capture:
@@ -121,13 +130,15 @@ def record_median(step: Callable[[], object], *, repeat: int = 1, warmup: int = 
                   sync: Callable[[], None] | None = None) -> Capture:
     """Record `step` `repeat` times after `warmup` unrecorded runs; each operator's time is the median.
 
+    A warm-up runs under a Recorder whose trace is dropped, so the recordings see the steady state
+    of the step and of the recording alike (lazily made state: an optimizer's, a first run's imports).
     The repeats must run the same operators in the same order (a step with data-dependent
     control flow cannot be summarized this way).
     """
     if repeat < 1 or warmup < 0:
         raise UsageError(f"repeat must be at least 1 and warmup at least 0, got {repeat} and {warmup}")
     for _ in range(warmup):
-        step()
+        record(step, sync=sync)
     captures = [record(step, sync=sync) for _ in range(repeat)]
     first = captures[0]
     if repeat == 1:

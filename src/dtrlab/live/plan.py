@@ -19,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..capture.naming import REBIND_OP
+from ..capture.naming import REBIND_OP, VIEW_OP
 from ..errors import UsageError
 from ..trace.lower import Lowering, Program, lower
-from ..trace.read import Annotate, Call, Constant, Instruction, Mutate, Release, TraceSource, TraceText
+from ..trace.read import Annotate, Call, Constant, Copy, Instruction, Mutate, Release, TraceSource, TraceText
 
-UNCHECKED = (Release, Annotate)  # the plan's, followed as they are; a live step's are not compared
+# The plan's, followed as they are; a live step's are not compared. A COPY is the owner's reference
+# to a constant's storage (capture/naming.py), taken with the next operator's steps.
+UNCHECKED = (Release, Annotate, Copy)
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,9 @@ class Group:
 
 @dataclass(frozen=True)
 class PlanConstant:
-    """A CONSTANT of the plan: its tensor, MEMORY size, the plan's index of that MEMORY, and the
-    schedule's length once it is lowered."""
+    """A CONSTANT of the plan (or a VIEW_OP's tensor: made outside the step on a storage a name
+    already holds): its tensor, MEMORY size, the plan's index of that MEMORY, and the schedule's
+    length once it is lowered."""
 
     tensor: int
     size_bytes: int
@@ -111,11 +114,18 @@ def _walk(ins: tuple[Instruction, ...], program: Program) -> Plan:
         elif isinstance(x, Release):
             low.release(x)
             i += 1
+        elif isinstance(x, Copy):
+            low.copy(x)
+            i += 1
         elif isinstance(x, Constant):
             mem = ins[i + 1]
             t = low.constant(x, mem.size_bytes)
             constants.append(PlanConstant(t, mem.size_bytes, i + 1, len(steps)))
             i += 2
+        elif isinstance(x, Call) and x.name == VIEW_OP:  # a tensor from outside on a named storage:
+            op = _call(low, x, _results(ins, i + 1, x))  # met as a constant is, an alias in the program
+            constants.append(PlanConstant(low.builder.op_out_start[op], ins[i + 1].size_bytes, i + 1, len(steps)))
+            i += 3
         elif isinstance(x, Call) and x.name != REBIND_OP:
             args = tuple(low.bound[a] for a in x.args)
             results = _results(ins, i + 1, x)
@@ -149,7 +159,7 @@ def _walk(ins: tuple[Instruction, ...], program: Program) -> Plan:
                 i += 1 + 2 * len(nxt.results)
             groups.append(Group(index, x.name, op, args, tuple(x.mutate), call_op, call_index, call_args, results,
                                 tuple(moves), len(constants), len(steps)))
-        else:  # COPY, COPY_FROM: a trace's, never a capture's
+        else:  # COPY_FROM: a trace's, never a capture's
             raise UsageError(f"a live step cannot follow the plan's instruction {i + 1} ({x}): "
                              "a capture of a PyTorch step has none of these")
     low.pin_outputs()

@@ -38,7 +38,7 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from ..capture.naming import REBIND_OP, Namer
+from ..capture.naming import REBIND_OP, VIEW_OP, Namer
 from ..capture.schema import written_tensors
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, LIVE_CLOCKS
 from ..errors import DtrlabError, UsageError
@@ -47,7 +47,7 @@ from ..sim.policies import Policy, get_policy
 from ..sim.pyengine import Engine, OutOfMemory
 from ..sim.runtimes import get_runtime
 from ..sim.simulate import ENGINES
-from ..trace.read import Alias, Annotate, Call, Constant, Instruction, Memory, Mutate, Release, TraceText
+from ..trace.read import Alias, Annotate, Call, Constant, Copy, Instruction, Memory, Mutate, Release, TraceText
 from ..trace.lower import Lowering
 from .plan import Group, Plan, make_plan
 from .recipes import (CALL, CONSTANT, MUTATE, REBIND, Recipe, Run, data_ptr, execute, flatten_call, on_bytes,
@@ -637,6 +637,9 @@ class LiveSession(TorchDispatchMode):
                     low.call(x, sizes, aliases)
                     self._recipe(Recipe(REBIND, self._args_of_last(), window=self.windows[old]))
                     low.release(release)
+                elif x.name == VIEW_OP:  # a tensor from outside on a named storage: its value is the caller's
+                    low.call(x, sizes, aliases)
+                    self._recipe(Recipe(CONSTANT, [], constant=self._constants[x.results[0]]))
                 else:
                     low.call(x, sizes, aliases)
                     self._recipe(self._dispatch.recipe(CALL, self._args_of_last()))
@@ -650,6 +653,8 @@ class LiveSession(TorchDispatchMode):
                 self._recipe(Recipe(CONSTANT, [], constant=self._constants[x.name]))
             elif isinstance(x, Release):
                 low.release(x)
+            elif isinstance(x, Copy):  # a constant's owner's reference (capture/naming.py)
+                low.copy(x)
             elif isinstance(x, Annotate):
                 low.annotate(x)
             else:  # Memory and Alias are taken with their CALL or CONSTANT; nothing else is written
