@@ -18,7 +18,8 @@ from .errors import DtrlabError
 from .defaults import DEFAULT_POLICY
 from .defaults import DEFAULT_RUNTIME
 from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT, EngineName
-from .output import clean, console, print_json
+from .formats import overhead_text
+from .output import console, print_json
 from .trace import resolve_source
 from .trace.fetch import DEFAULT_NAME, SHA256, URL
 
@@ -231,7 +232,6 @@ def simulate(
                             seed=seed, engine=engine.value)
     d = result.to_dict()
     d["ratio"] = ratio
-    d["overhead"] = clean(d["overhead"])
     out = {k: d[k] for k in _RESULT_KEYS}
     if as_json:
         print_json(out)
@@ -247,7 +247,7 @@ def simulate(
     budget_text = _bytes(result.budget_bytes) + (f", ratio {ratio:g}" if ratio is not None else "")
     rows = [
         ("outcome", result.outcome),
-        ("overhead", "n/a" if out["overhead"] is None else f"{out['overhead']:.6f}"),
+        ("overhead", overhead_text(result.overhead, 6)),
         ("budget", budget_text),
         ("peak memory", _bytes(result.peak_bytes)),
         ("clock", _ns(result.clock_ns)),

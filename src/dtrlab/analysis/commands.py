@@ -5,12 +5,12 @@ A thin typer layer: each command parses, calls the analysis functions and prints
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import typer
 
 from ..errors import UsageError
+from ..formats import overhead_text
 from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from ..output import console as _console
 from ..output import print_json
@@ -64,10 +64,6 @@ def _ratios(spec: str) -> tuple[float, ...]:
     from ..sweep.grid import parse_ratios
 
     return parse_ratios(spec)
-
-
-def _fmt(x: float | None, digits: int = 4) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
 # --- scan -------------------------------------------------------------------------------------
@@ -131,7 +127,7 @@ def scan_cmd(
     for col in ("fast ratio", "slow ratio", "fast overhead", "slow overhead", "factor", "larger is slower"):
         table.add_column(col, justify="right")
     for s in found:
-        table.add_row(s.fast.label, s.slow.label, _fmt(s.fast.overhead), _fmt(s.slow.overhead),
+        table.add_row(s.fast.label, s.slow.label, overhead_text(s.fast.overhead, 4), overhead_text(s.slow.overhead, 4),
                       f"{s.factor:.3f}", "yes" if s.upward else "no")
     console.print(table)
     table = Table(title="feasibility inversions", title_justify="left")
@@ -144,8 +140,9 @@ def scan_cmd(
     console.print(table)
     if oinv:
         worst = max(oinv, key=lambda o: o.factor)
-        console.print(f"overhead inversions: {len(oinv)}; worst: {worst.worst.label} pays {_fmt(worst.worst.overhead)} "
-                      f"vs {_fmt(worst.smaller.overhead)} at {worst.smaller.label} (x{worst.factor:.3f})")
+        console.print(f"overhead inversions: {len(oinv)}; worst: {worst.worst.label} pays "
+                      f"{overhead_text(worst.worst.overhead, 4)} vs {overhead_text(worst.smaller.overhead, 4)} "
+                      f"at {worst.smaller.label} (x{worst.factor:.3f})")
     if sigs is not None:
         console.print(_mechanism_table(sigs))
 
@@ -275,7 +272,7 @@ def compare_cmd(
     table.add_column("")
     for side in (churn.a, churn.b):
         table.add_column(side.budget.label, justify="right")
-    rows = [("outcome", lambda r: r.outcome), ("overhead", lambda r: _fmt(r.overhead)),
+    rows = [("outcome", lambda r: r.outcome), ("overhead", lambda r: overhead_text(r.overhead, 4)),
             ("recompute ns", lambda r: f"{r.remat_ns:,}")]
     for label, attr in (("evictions", "evictions"), ("distinct evicted", "distinct_evicted"),
                         ("evictions / evicted storage", "per_evicted_storage")):
@@ -378,8 +375,8 @@ def bisect_cmd(
     for col in ("below B", "class", "overhead", "above B", "class", "overhead", "1 byte apart"):
         t.add_column(col, justify="right")
     for x in found.boundaries:
-        t.add_row(f"{x.lo.budget_bytes:,}", x.lo_class, _fmt(x.lo.overhead), f"{x.hi.budget_bytes:,}", x.hi_class,
-                  _fmt(x.hi.overhead), "yes" if x.adjacent else "no")
+        t.add_row(f"{x.lo.budget_bytes:,}", x.lo_class, overhead_text(x.lo.overhead, 4),
+                  f"{x.hi.budget_bytes:,}", x.hi_class, overhead_text(x.hi.overhead, 4), "yes" if x.adjacent else "no")
     console.print(t)
 
 
@@ -498,9 +495,10 @@ def rank_cmd(
                          no_wrap=col in ("policy", "trace"))
     for r in rows:
         style = "bold" if r.trace == ALL_TRACES else None
-        table.add_row(r.policy, r.trace, f"{r.grid_feasible}/{r.grid_runs}", _fmt(r.mean_overhead),
+        table.add_row(r.policy, r.trace, f"{r.grid_feasible}/{r.grid_runs}", overhead_text(r.mean_overhead, 4),
                       "-" if r.min_feasible_ratio is None else f"{r.min_feasible_ratio:g}", str(r.budgets),
-                      str(r.switches), _fmt(r.max_neighbour_factor, 3), str(r.inversions), style=style,
+                      str(r.switches), "-" if r.max_neighbour_factor is None else f"{r.max_neighbour_factor:.3f}",
+                      str(r.inversions), style=style,
                       end_section=r.trace == ALL_TRACES)
     _console().print(table)
 
