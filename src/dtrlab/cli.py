@@ -46,7 +46,24 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except DtrlabError as exc:
+            _show_cause(exc, ctx.meta.get(DEBUG_KEY, False))
             _fail(str(exc))
+
+
+DEBUG_KEY = "dtrlab.debug"  # in click's ctx.meta, which every command's context shares
+
+
+def _show_cause(exc: DtrlabError, debug: bool) -> None:
+    """What precedes a user error's one line on stderr: with --debug, the whole traceback (the
+    exception it stands for, where the user's code raised, first); else the user's own frames,
+    when their code raised (errors.UserCodeError)."""
+    import traceback
+
+    if debug:
+        typer.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip(), err=True)
+    elif getattr(exc, "frames", ""):
+        typer.echo("Traceback of your code (most recent call last; dtrlab --debug shows every frame):\n"
+                   + exc.frames.rstrip(), err=True)
 
 
 app = typer.Typer(
@@ -83,8 +100,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(ctx: typer.Context,
           version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+                                       help="Print the version and exit."),
+          debug: bool = typer.Option(False, "--debug",
+                                     help="On a mistake, print the whole traceback (dtrlab's frames too) "
+                                          "before its one line.")) -> None:
     """Simulate Dynamic Tensor Rematerialization on execution traces."""
+    ctx.meta[DEBUG_KEY] = debug
     _help_without_command(ctx)
 
 
