@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..formats import overhead_text
 from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT
 from ..output import console as _console
-from ..output import print_json
+from ..output import NONE_FOUND, print_findings, print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
 from ..sweep.commands import (EXECUTOR_OPT, OVERHEAD_LIMIT_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT,
@@ -129,7 +129,7 @@ def scan_cmd(
     for s in found:
         table.add_row(s.fast.label, s.slow.label, overhead_text(s.fast.overhead, 4), overhead_text(s.slow.overhead, 4),
                       f"{s.factor:.3f}", "yes" if s.upward else "no")
-    console.print(table)
+    print_findings(console, table)
     table = Table(title="feasibility inversions", title_justify="left")
     for col in ("last feasible", "infeasible", "next feasible"):
         table.add_column(col, justify="right")
@@ -137,14 +137,14 @@ def scan_cmd(
         bad = i.infeasible
         span = bad[0].label if len(bad) == 1 else f"{bad[0].label} .. {bad[-1].label} ({len(bad)})"
         table.add_row(i.last_feasible.label, span, i.next_feasible.label)
-    console.print(table)
+    print_findings(console, table)
     if oinv:
         worst = max(oinv, key=lambda o: o.factor)
         console.print(f"overhead inversions: {len(oinv)}; worst: {worst.worst.label} pays "
                       f"{overhead_text(worst.worst.overhead, 4)} vs {overhead_text(worst.smaller.overhead, 4)} "
                       f"at {worst.smaller.label} (x{worst.factor:.3f})")
     if sigs is not None:
-        console.print(_mechanism_table(sigs))
+        print_findings(console, _mechanism_table(sigs))
 
 
 def _mechanism_table(sigs):
@@ -291,7 +291,7 @@ def compare_cmd(
     for s in churn.top:
         t.add_row(str(s.storage), s.name, str(s.policy_a), str(s.policy_b), str(s.all_a), str(s.all_b),
                   str(s.remat_a), str(s.remat_b), f"{s.extra_recompute_ns:,}")
-    console.print(t)
+    print_findings(console, t)
 
 
 def diverge_cmd(
@@ -366,7 +366,7 @@ def bisect_cmd(
         return
     console = _console()
     if not found.boundaries:
-        console.print(f"the two budgets behave alike ({found.mode}): nothing to bisect")
+        console.print(f"boundaries by {found.mode} between the two budgets: {NONE_FOUND} (they behave alike)")
         return
     note = "" if found.monotone else " (not monotone: more than one change on the way)"
     console.print(f"{program.name}: {len(found.boundaries)} boundaries by {found.mode} after "
@@ -420,7 +420,7 @@ def ablate_cmd(
         t.add_row(r.policy, f"{r.feasible}/{r.runs}", "-" if r.min_feasible_ratio is None else f"{r.min_feasible_ratio:g}",
                   str(r.switches), "-" if r.max_factor is None else f"{r.max_factor:.3f}", str(r.inversions),
                   str(r.infeasible_inside))
-    _console().print(t)
+    print_findings(_console(), t)
 
 
 # --- rank ---------------------------------------------------------------------------------------
@@ -500,7 +500,7 @@ def rank_cmd(
                       str(r.switches), "-" if r.max_neighbour_factor is None else f"{r.max_neighbour_factor:.3f}",
                       str(r.inversions), style=style,
                       end_section=r.trace == ALL_TRACES)
-    _console().print(table)
+    print_findings(_console(), table)
 
 
 def register(app: typer.Typer) -> None:
