@@ -79,7 +79,7 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(cls=TyperGroup, help="Read traces and describe them.", invoke_without_command=True)
 app.add_typer(trace_app, name="trace")
-traces_app = typer.Typer(cls=TyperGroup, help="Fetch the public DTR traces; list and remove fetched sets.",
+traces_app = typer.Typer(cls=TyperGroup, help="Fetch (or add) the public DTR traces; list and remove fetched sets.",
                          invoke_without_command=True)
 app.add_typer(traces_app, name="traces")
 
@@ -117,7 +117,7 @@ def _trace(ctx: typer.Context) -> None:
 
 @traces_app.callback()
 def _traces(ctx: typer.Context) -> None:
-    """Fetch the public DTR traces; list and remove fetched sets."""
+    """Fetch (or add) the public DTR traces; list and remove fetched sets."""
     _help_without_command(ctx)
 
 
@@ -333,6 +333,24 @@ def traces_fetch(
         typer.echo(f"{stored.name}: {stored.path} (use --traces {stored.name})")
     else:
         typer.echo(f"{stored.name}: already fetched, {stored.path} (sha256 checked; nothing downloaded)")
+
+
+@traces_app.command("add")
+def traces_add(
+    name: str = typer.Argument(..., metavar="NAME", help="Store the set under NAME (then: --traces NAME)."),
+    file: str = typer.Argument(..., metavar="FILE", help="A logs.zip already downloaded."),
+    sha256: str = typer.Option(SHA256, "--sha256", metavar="HEX",
+                               help="The sha256 the file must have (default: the public logs.zip's)."),
+) -> None:
+    """Add a logs.zip downloaded already (offline): checked as `traces fetch` checks it, then stored."""
+    from .trace.fetch import add_set
+
+    stored, added = add_set(name, file, sha256)
+    if added:
+        typer.echo(f"{stored.name}: {stored.path} ({stored.size_bytes:,} bytes from {file}, sha256 checked; "
+                   f"use --traces {stored.name})")
+    else:
+        typer.echo(f"{stored.name}: already there, {stored.path} (sha256 checked; nothing copied)")
 
 
 @traces_app.command("list")
