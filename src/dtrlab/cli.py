@@ -18,7 +18,8 @@ from .errors import DtrlabError
 from .defaults import DEFAULT_POLICY
 from .defaults import DEFAULT_RUNTIME
 from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT, EngineName
-from .output import clean, console, print_json
+from .formats import overhead_text
+from .output import console, print_json
 from .trace import resolve_source
 from .trace.fetch import DEFAULT_NAME, SHA256, URL
 
@@ -45,7 +46,24 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except DtrlabError as exc:
+            _show_cause(exc, ctx.meta.get(DEBUG_KEY, False))
             _fail(str(exc))
+
+
+DEBUG_KEY = "dtrlab.debug"  # in click's ctx.meta, which every command's context shares
+
+
+def _show_cause(exc: DtrlabError, debug: bool) -> None:
+    """What precedes a user error's one line on stderr: with --debug, the whole traceback (the
+    exception it stands for, where the user's code raised, first); else the user's own frames,
+    when their code raised (errors.UserCodeError)."""
+    import traceback
+
+    if debug:
+        typer.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip(), err=True)
+    elif getattr(exc, "frames", ""):
+        typer.echo("Traceback of your code (most recent call last; dtrlab --debug shows every frame):\n"
+                   + exc.frames.rstrip(), err=True)
 
 
 app = typer.Typer(
@@ -61,7 +79,7 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(cls=TyperGroup, help="Read traces and describe them.", invoke_without_command=True)
 app.add_typer(trace_app, name="trace")
-traces_app = typer.Typer(cls=TyperGroup, help="Fetch the public DTR traces; list and remove fetched sets.",
+traces_app = typer.Typer(cls=TyperGroup, help="Fetch (or add) the public DTR traces; list and remove fetched sets.",
                          invoke_without_command=True)
 app.add_typer(traces_app, name="traces")
 
@@ -82,8 +100,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(ctx: typer.Context,
           version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+                                       help="Print the version and exit."),
+          debug: bool = typer.Option(False, "--debug",
+                                     help="On a mistake, print the whole traceback (dtrlab's frames too) "
+                                          "before its one line.")) -> None:
     """Simulate Dynamic Tensor Rematerialization on execution traces."""
+    ctx.meta[DEBUG_KEY] = debug
     _help_without_command(ctx)
 
 
@@ -95,7 +117,7 @@ def _trace(ctx: typer.Context) -> None:
 
 @traces_app.callback()
 def _traces(ctx: typer.Context) -> None:
-    """Fetch the public DTR traces; list and remove fetched sets."""
+    """Fetch (or add) the public DTR traces; list and remove fetched sets."""
     _help_without_command(ctx)
 
 
@@ -240,7 +262,6 @@ def simulate(
         write_run_schedule(schedule_out, program, result, schedule)
     d = result.to_dict()
     d["ratio"] = ratio
-    d["overhead"] = clean(d["overhead"])
     out = {k: d[k] for k in _RESULT_KEYS}
     if as_json:
         print_json(out)
@@ -256,7 +277,7 @@ def simulate(
     budget_text = _bytes(result.budget_bytes) + (f", ratio {ratio:g}" if ratio is not None else "")
     rows = [
         ("outcome", result.outcome),
-        ("overhead", "n/a" if out["overhead"] is None else f"{out['overhead']:.6f}"),
+        ("overhead", overhead_text(result.overhead, 6)),
         ("budget", budget_text),
         ("peak memory", _bytes(result.peak_bytes)),
         ("clock", _ns(result.clock_ns)),
@@ -321,6 +342,24 @@ def traces_fetch(
         typer.echo(f"{stored.name}: {stored.path} (use --traces {stored.name})")
     else:
         typer.echo(f"{stored.name}: already fetched, {stored.path} (sha256 checked; nothing downloaded)")
+
+
+@traces_app.command("add")
+def traces_add(
+    name: str = typer.Argument(..., metavar="NAME", help="Store the set under NAME (then: --traces NAME)."),
+    file: str = typer.Argument(..., metavar="FILE", help="A logs.zip already downloaded."),
+    sha256: str = typer.Option(SHA256, "--sha256", metavar="HEX",
+                               help="The sha256 the file must have (default: the public logs.zip's)."),
+) -> None:
+    """Add a logs.zip downloaded already (offline): checked as `traces fetch` checks it, then stored."""
+    from .trace.fetch import add_set
+
+    stored, added = add_set(name, file, sha256)
+    if added:
+        typer.echo(f"{stored.name}: {stored.path} ({stored.size_bytes:,} bytes from {file}, sha256 checked; "
+                   f"use --traces {stored.name})")
+    else:
+        typer.echo(f"{stored.name}: already there, {stored.path} (sha256 checked; nothing copied)")
 
 
 @traces_app.command("list")

@@ -22,3 +22,13 @@ class TraceError(DtrlabError):
 
 class UsageError(DtrlabError):
     """A bad argument: unknown policy or runtime, a budget out of range, a missing file."""
+
+
+class UserCodeError(DtrlabError):
+    """The user's own code (a step factory, its step, the script) is wrong or raised: one line
+    `file:line: what`, and the user's frames as text (`frames`, empty when nothing of theirs
+    raised). Raised from the user's exception, whose whole traceback `dtrlab --debug` prints."""
+
+    def __init__(self, line: str, frames: str = "") -> None:
+        super().__init__(line)
+        self.frames = frames

@@ -48,3 +48,15 @@ def clean(value: Any) -> Any:
 
 def print_json(value: Any) -> None:
     typer.echo(json.dumps(clean(value), indent=2, allow_nan=False))
+
+
+NONE_FOUND = "none found"
+
+
+def print_findings(out: Console, table: Any) -> None:
+    """A rich table of findings (switches, inversions, storages...), or, when it has no rows, its
+    title and NONE_FOUND on one line: an empty table's frame reads as a failure to look."""
+    if table.row_count:
+        out.print(table)
+    else:
+        out.print(f"{table.title or 'findings'}: {NONE_FOUND}")

@@ -23,7 +23,9 @@ ROUNDS = 2
 def _stored(path: Path) -> dict[str, tuple]:
     with Store(path, read_only=True) as store:
         frame = store.rows()
-    return {r.key: (r.ratio, r.budget_bytes, r.outcome, r.overhead, r.evictions) for r in frame.itertuples()}
+    # a run that did not finish has no overhead (NaN in the frame, and NaN != NaN): None here
+    return {r.key: (r.ratio, r.budget_bytes, r.outcome, None if r.overhead != r.overhead else r.overhead, r.evictions)
+            for r in frame.itertuples()}
 
 
 def _by_hand(path: Path) -> dict[str, tuple]:

@@ -79,8 +79,8 @@ def bisect_budgets(program: Program, lo_bytes: int, hi_bytes: int, policy: str =
     if mode is None:
         mode = OUTCOME if a.outcome != z.outcome else REGIME
     if mode == REGIME:
-        if not (a.feasible and z.feasible):
-            raise ValueError("regime bisection needs two feasible budgets")
+        if not (a.feasible and z.feasible) or None in (a.overhead, z.overhead):
+            raise ValueError("regime bisection needs two feasible budgets with an overhead")
         cut = math.sqrt(a.overhead * z.overhead)
 
         def klass(r: Run) -> str:

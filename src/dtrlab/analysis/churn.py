@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..sim.policies import DEFAULT_POLICY, get_policy
+from ..sim.result import run_overhead
 from ..sim.runtimes import DEFAULT_RUNTIME, get_runtime
 from ..sim.simulate import baseline, simulate
 from ..sim import cengine
@@ -32,7 +33,7 @@ class RunChurn:
 
     budget: Budget
     outcome: str
-    overhead: float
+    overhead: float | None  # run_overhead: None for a run that did not finish
     remat_ns: int
     evictions: Counts
     distinct_evicted: Counts
@@ -127,7 +128,8 @@ def _side(budget: Budget, counters: dict, arrays: dict, compute_ns: int) -> RunC
     every = pol + eag
     n_all, n_pol = int(every.sum()), int(pol.sum())
     d_all, d_pol = int(np.count_nonzero(every)), int(np.count_nonzero(pol))
-    return RunChurn(budget, counters["outcome"], counters["clock_ns"] / compute_ns, int(counters["remat_ns"]),
+    return RunChurn(budget, counters["outcome"], run_overhead(counters["outcome"], counters["clock_ns"], compute_ns),
+                    int(counters["remat_ns"]),
                     Counts(n_all, n_pol), Counts(d_all, d_pol),
                     Counts(n_all / d_all if d_all else 0.0, n_pol / d_pol if d_pol else 0.0))
 

@@ -5,16 +5,16 @@ A thin typer layer: each command parses, calls the analysis functions and prints
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import typer
 
 from ..errors import UsageError
+from ..formats import overhead_text
 from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, SOURCE_ARG,  # noqa: F401
                        TRACE_OPT, TRACES_OPT)
 from ..output import console as _console
-from ..output import print_json
+from ..output import NONE_FOUND, print_findings, print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
 from ..sweep.commands import (EXECUTOR_OPT, OVERHEAD_LIMIT_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT,
@@ -60,10 +60,6 @@ def _ratios(spec: str) -> tuple[float, ...]:
     from ..sweep.grid import parse_ratios
 
     return parse_ratios(spec)
-
-
-def _fmt(x: float | None, digits: int = 4) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
 # --- scan -------------------------------------------------------------------------------------
@@ -127,9 +123,9 @@ def scan_cmd(
     for col in ("fast ratio", "slow ratio", "fast overhead", "slow overhead", "factor", "larger is slower"):
         table.add_column(col, justify="right")
     for s in found:
-        table.add_row(s.fast.label, s.slow.label, _fmt(s.fast.overhead), _fmt(s.slow.overhead),
+        table.add_row(s.fast.label, s.slow.label, overhead_text(s.fast.overhead, 4), overhead_text(s.slow.overhead, 4),
                       f"{s.factor:.3f}", "yes" if s.upward else "no")
-    console.print(table)
+    print_findings(console, table)
     table = Table(title="feasibility inversions", title_justify="left")
     for col in ("last feasible", "infeasible", "next feasible"):
         table.add_column(col, justify="right")
@@ -137,13 +133,14 @@ def scan_cmd(
         bad = i.infeasible
         span = bad[0].label if len(bad) == 1 else f"{bad[0].label} .. {bad[-1].label} ({len(bad)})"
         table.add_row(i.last_feasible.label, span, i.next_feasible.label)
-    console.print(table)
+    print_findings(console, table)
     if oinv:
         worst = max(oinv, key=lambda o: o.factor)
-        console.print(f"overhead inversions: {len(oinv)}; worst: {worst.worst.label} pays {_fmt(worst.worst.overhead)} "
-                      f"vs {_fmt(worst.smaller.overhead)} at {worst.smaller.label} (x{worst.factor:.3f})")
+        console.print(f"overhead inversions: {len(oinv)}; worst: {worst.worst.label} pays "
+                      f"{overhead_text(worst.worst.overhead, 4)} vs {overhead_text(worst.smaller.overhead, 4)} "
+                      f"at {worst.smaller.label} (x{worst.factor:.3f})")
     if sigs is not None:
-        console.print(_mechanism_table(sigs))
+        print_findings(console, _mechanism_table(sigs))
 
 
 def _mechanism_table(sigs):
@@ -271,7 +268,7 @@ def compare_cmd(
     table.add_column("")
     for side in (churn.a, churn.b):
         table.add_column(side.budget.label, justify="right")
-    rows = [("outcome", lambda r: r.outcome), ("overhead", lambda r: _fmt(r.overhead)),
+    rows = [("outcome", lambda r: r.outcome), ("overhead", lambda r: overhead_text(r.overhead, 4)),
             ("recompute ns", lambda r: f"{r.remat_ns:,}")]
     for label, attr in (("evictions", "evictions"), ("distinct evicted", "distinct_evicted"),
                         ("evictions / evicted storage", "per_evicted_storage")):
@@ -290,7 +287,7 @@ def compare_cmd(
     for s in churn.top:
         t.add_row(str(s.storage), s.name, str(s.policy_a), str(s.policy_b), str(s.all_a), str(s.all_b),
                   str(s.remat_a), str(s.remat_b), f"{s.extra_recompute_ns:,}")
-    console.print(t)
+    print_findings(console, t)
 
 
 def diverge_cmd(
@@ -365,7 +362,7 @@ def bisect_cmd(
         return
     console = _console()
     if not found.boundaries:
-        console.print(f"the two budgets behave alike ({found.mode}): nothing to bisect")
+        console.print(f"boundaries by {found.mode} between the two budgets: {NONE_FOUND} (they behave alike)")
         return
     note = "" if found.monotone else " (not monotone: more than one change on the way)"
     console.print(f"{program.name}: {len(found.boundaries)} boundaries by {found.mode} after "
@@ -374,8 +371,8 @@ def bisect_cmd(
     for col in ("below B", "class", "overhead", "above B", "class", "overhead", "1 byte apart"):
         t.add_column(col, justify="right")
     for x in found.boundaries:
-        t.add_row(f"{x.lo.budget_bytes:,}", x.lo_class, _fmt(x.lo.overhead), f"{x.hi.budget_bytes:,}", x.hi_class,
-                  _fmt(x.hi.overhead), "yes" if x.adjacent else "no")
+        t.add_row(f"{x.lo.budget_bytes:,}", x.lo_class, overhead_text(x.lo.overhead, 4),
+                  f"{x.hi.budget_bytes:,}", x.hi_class, overhead_text(x.hi.overhead, 4), "yes" if x.adjacent else "no")
     console.print(t)
 
 
@@ -419,7 +416,7 @@ def ablate_cmd(
         t.add_row(r.policy, f"{r.feasible}/{r.runs}", "-" if r.min_feasible_ratio is None else f"{r.min_feasible_ratio:g}",
                   str(r.switches), "-" if r.max_factor is None else f"{r.max_factor:.3f}", str(r.inversions),
                   str(r.infeasible_inside))
-    _console().print(t)
+    print_findings(_console(), t)
 
 
 # --- rank ---------------------------------------------------------------------------------------
@@ -494,11 +491,12 @@ def rank_cmd(
                          no_wrap=col in ("policy", "trace"))
     for r in rows:
         style = "bold" if r.trace == ALL_TRACES else None
-        table.add_row(r.policy, r.trace, f"{r.grid_feasible}/{r.grid_runs}", _fmt(r.mean_overhead),
+        table.add_row(r.policy, r.trace, f"{r.grid_feasible}/{r.grid_runs}", overhead_text(r.mean_overhead, 4),
                       "-" if r.min_feasible_ratio is None else f"{r.min_feasible_ratio:g}", str(r.budgets),
-                      str(r.switches), _fmt(r.max_neighbour_factor, 3), str(r.inversions), style=style,
+                      str(r.switches), "-" if r.max_neighbour_factor is None else f"{r.max_neighbour_factor:.3f}",
+                      str(r.inversions), style=style,
                       end_section=r.trace == ALL_TRACES)
-    _console().print(table)
+    print_findings(_console(), table)
 
 
 def register(app: typer.Typer) -> None:

@@ -82,7 +82,7 @@ def overhead_inversions(runs: Sequence, min_factor: float = 1.0) -> list[Overhea
             out.append(OverheadInversion(best, tuple(stretch), max(stretch, key=lambda r: r.overhead)))
 
     for run in by_budget(runs):
-        if not run.feasible:
+        if not run.feasible or run.overhead is None:  # None: a step with no compute
             continue
         if best is not None and run.overhead > best.overhead * min_factor:
             stretch.append(run)

@@ -46,7 +46,7 @@ class RunSide:
     ratio: float | None
     budget_bytes: int
     outcome: str
-    overhead: float
+    overhead: float | None  # run_overhead: None for a run that did not finish
     evictions: int  # all: the policy's and the eager ones at last release
     distinct_evicted: int
     per_evicted_storage: float
@@ -63,9 +63,7 @@ class RunSide:
         return f"{self.ratio:g}" if self.ratio is not None else f"{self.budget_bytes} B"
 
     def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["overhead"] = self.overhead if math.isfinite(self.overhead) else None
-        return d
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,12 @@ class RankRow:
 
 def _trace_row(policy: str, trace: str, runs: list, grid: frozenset, factor: float) -> RankRow:
     on_grid = [r for r in runs if r.ratio in grid and (r.feasible or r.infeasible)]
-    ok_grid = [r.overhead for r in on_grid if r.feasible]
+    ok_grid = [r for r in on_grid if r.feasible]
+    measured = [r.overhead for r in ok_grid if r.overhead is not None]
     feasible_ratios = [r.ratio for r in runs if r.feasible and r.ratio is not None]
     neighbours = switches(runs, _ANY_FACTOR)
     return RankRow(policy, trace, len(on_grid), len(ok_grid),
-                   sum(ok_grid) / len(ok_grid) if ok_grid else None,
+                   sum(measured) / len(measured) if measured else None,
                    min(feasible_ratios, default=None), len(runs), len(switches(runs, factor)),
                    max((s.factor for s in neighbours), default=1.0 if feasible_ratios else None),
                    len(inversions(runs)))
@@ -87,7 +88,8 @@ def leaderboard(frame, grid: Sequence[float], names: Mapping[str, str] | None = 
         runs = runs_of(rows)
         shown = names.get(policy, policy)
         per_policy.setdefault(shown, []).append(_trace_row(shown, trace, runs, grid_set, factor))
-        means.setdefault(shown, []).extend(r.overhead for r in runs if r.feasible and r.ratio in grid_set)
+        means.setdefault(shown, []).extend(r.overhead for r in runs if r.feasible and r.overhead is not None
+                                            and r.ratio in grid_set)
     totals = [_all_row(p, rows, means[p]) for p, rows in per_policy.items()]
     order = sorted(totals, key=lambda r: (-r.grid_feasible, math.inf if r.mean_overhead is None else r.mean_overhead))
     out = []

@@ -59,12 +59,12 @@ class Regime:
         return self.runs[-1]
 
     @property
-    def overhead_min(self) -> float:
-        return min(r.overhead for r in self.runs)
+    def overhead_min(self) -> float | None:
+        return min((r.overhead for r in self.runs if r.overhead is not None), default=None)
 
     @property
-    def overhead_max(self) -> float:
-        return max(r.overhead for r in self.runs)
+    def overhead_max(self) -> float | None:
+        return max((r.overhead for r in self.runs if r.overhead is not None), default=None)
 
     def to_dict(self) -> dict:
         return {"label": self.label, "first_ratio": self.first.ratio, "last_ratio": self.last.ratio,
@@ -85,6 +85,8 @@ def switches(runs: Sequence, factor: float = DEFAULT_FACTOR) -> list[Switch]:
     for run in by_budget(runs):
         if not run.feasible:
             gap = gap or run.infeasible
+            continue
+        if run.overhead is None:  # a step with no compute: no figure to compare
             continue
         if prev is not None:
             a, b = prev.overhead, run.overhead

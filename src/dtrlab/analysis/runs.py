@@ -5,7 +5,6 @@ Built from a RunResult (or a store row); analyses take any objects with these at
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -18,12 +17,13 @@ INFEASIBLE = (OOM, REMAT_LIMIT)
 
 @dataclass(frozen=True)
 class Run:
-    """One run: budget (ratio may be None when given in bytes), outcome, overhead, evictions."""
+    """One run: budget (ratio may be None when given in bytes), outcome, overhead (as
+    dtrlab.sim.result.run_overhead defines it: None for a run that did not finish), evictions."""
 
     ratio: float | None
     budget_bytes: int
     outcome: str
-    overhead: float
+    overhead: float | None
     evictions: int = 0
     distinct_evicted: int = 0
 
@@ -42,7 +42,7 @@ class Run:
 
     def to_dict(self) -> dict:
         return {"ratio": self.ratio, "budget_bytes": self.budget_bytes, "outcome": self.outcome,
-                "overhead": self.overhead if math.isfinite(self.overhead) else None,
+                "overhead": self.overhead,
                 "evictions": self.evictions, "distinct_evicted": self.distinct_evicted}
 
 
@@ -57,8 +57,9 @@ def by_budget(runs: Iterable) -> list:
 
 
 def runs_of(frame, timeouts: bool = False) -> list:
-    """Runs from results-store rows (a pandas frame), by budget. A timed-out run stores no
-    measurements; it is left out unless `timeouts` (then with nan overhead, no evictions)."""
+    """Runs from results-store rows (a pandas frame, whose overheads Store.rows gave by the one
+    rule), by budget. A timed-out run stores no measurements; it is left out unless `timeouts`
+    (then with no overhead and no evictions)."""
     import pandas as pd
 
     def value(x, missing):
@@ -68,7 +69,8 @@ def runs_of(frame, timeouts: bool = False) -> list:
     for row in frame.itertuples(index=False):
         if row.outcome == TIMEOUT and not timeouts:
             continue
+        overhead = value(row.overhead, None)
         out.append(Run(value(row.ratio, None), int(row.budget_bytes), row.outcome,
-                       float(value(row.overhead, math.nan)), int(value(row.evictions, 0)),
+                       None if overhead is None else float(overhead), int(value(row.evictions, 0)),
                        int(value(row.distinct_evicted, 0))))
     return by_budget(out)

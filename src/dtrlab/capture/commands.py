@@ -5,8 +5,6 @@ A thin layer: torch is imported only when the command runs, so the CLI works wit
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
 import json
 from pathlib import Path
 from typing import List, Optional
@@ -44,37 +42,11 @@ def _size_kwargs(sizes: list[str]) -> dict:
     return out
 
 
-def _call_factory(factory, kwargs: dict, what: str):
-    """Call a step factory with the keyword arguments it accepts; a bad size is the user's mistake."""
-    params = inspect.signature(factory).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    # device is offered to every factory; a factory that takes none runs where it chooses.
-    unknown = [k for k in kwargs if k not in params and not takes_any and k != "device"]
-    if unknown:
-        raise UsageError(f"{what} takes no argument {', '.join(sorted(unknown))} "
-                         f"(it takes: {', '.join(params) or 'nothing'})")
-    return factory(**{k: v for k, v in kwargs.items() if k in params or takes_any})
-
-
-def _script_factory(spec: str):
-    path, sep, func = spec.rpartition(":")
-    if not sep or not path or not func:
-        raise UsageError(f"--script takes FILE.py:FUNCTION, got {spec!r}")
-    if not Path(path).is_file():
-        raise UsageError(f"{path}: no such file")
-    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    factory = getattr(module, func, None)
-    if not callable(factory):
-        raise UsageError(f"{path} has no function {func!r}")
-    return factory
-
-
 def make_step(model: str | None, script: str | None, batch: int | None, device: str,
               size: list[str] | None) -> tuple:
     """The step a command's MODEL|--script, --batch, --device and --size name: (step, label, the
-    factory's keyword arguments). Shared by `dtrlab capture` and `dtrlab run`; imports torch."""
+    factory's keyword arguments). Shared by `dtrlab capture` and `dtrlab run`; imports torch. A
+    mistake in a user's script is one line at its file and line (capture.factory)."""
     if (model is None) == (script is None):
         raise UsageError("give exactly one of MODEL and --script")
     if device not in ("cpu", "cuda"):
@@ -85,6 +57,7 @@ def make_step(model: str | None, script: str | None, batch: int | None, device: 
         import torch
     except ModuleNotFoundError:
         raise UsageError("this command needs torch: pip install -e '.[capture]'") from None
+    from .factory import call_factory, load_factory
     from .zoo import ZOO
 
     if device == "cuda" and not torch.cuda.is_available():
@@ -94,13 +67,12 @@ def make_step(model: str | None, script: str | None, batch: int | None, device: 
     if model is not None:
         if model not in ZOO:
             raise UsageError(f"unknown model {model!r} (models: {', '.join(ZOO)})")
-        factory, label = ZOO[model].make, model
         kwargs["batch"] = batch if batch is not None else kwargs.get("batch", ZOO[model].batch)  # --size batch=N too
-    else:
-        factory, label = _script_factory(script), Path(script.rpartition(":")[0]).stem
-        if batch is not None:
-            kwargs["batch"] = batch
-    return _call_factory(factory, kwargs, label), label, kwargs
+        return call_factory(ZOO[model].make, kwargs, model), model, kwargs
+    factory, name, where = load_factory(script)
+    if batch is not None:
+        kwargs["batch"] = batch
+    return call_factory(factory, kwargs, name, where), Path(script.rpartition(":")[0]).stem, kwargs
 
 
 def capture(

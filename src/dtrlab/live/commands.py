@@ -101,6 +101,7 @@ def _print_table(head: dict, report) -> None:
     from rich.table import Table
 
     from ..cli import _bytes, _count, _ns
+    from ..formats import overhead_text
     from .runs import same_decisions
 
     ratio = f", ratio {head['ratio']:g} of the plan's peak" if head["ratio"] is not None else ""
@@ -115,9 +116,6 @@ def _print_table(head: dict, report) -> None:
     if sim is not None:
         table.add_column("simulated", justify="right")
 
-    def overhead(x):
-        return "n/a" if x is None else f"{x:.6f}"
-
     rows = [
         ("outcome", [r.outcome for r in live], sim and sim.outcome),
         ("budget", [_bytes(r.budget_bytes) for r in live], sim and _bytes(sim.budget_bytes)),
@@ -127,7 +125,7 @@ def _print_table(head: dict, report) -> None:
         ("rematerializations", [_count(r.remats) for r in live], sim and _count(sim.remats)),
         ("clock", [_ns(r.clock_ns) for r in live], sim and _ns(sim.clock_ns)),
         ("recompute", [_ns(r.remat_ns) for r in live], sim and _ns(sim.remat_ns)),
-        ("overhead (clock / compute)", [overhead(r.overhead) for r in live], sim and overhead(sim.overhead)),
+        ("overhead (clock / compute)", [overhead_text(r.overhead, 6) for r in live], sim and overhead_text(sim.overhead, 6)),
         ("wall time", [f"{r.wall_s * 1e3:,.1f} ms" for r in live], sim and ""),
         ("  against a plain step", [f"{r.wall_s / report.plain_wall_s:.2f}x" for r in live], sim and ""),
     ]

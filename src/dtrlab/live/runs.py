@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..defaults import DEFAULT_RUNTIME
-from ..sim.result import OK, OOM
+from ..sim.result import OK, OOM, run_overhead
 from ..trace.read import Instruction, TraceText
 from .plan import Plan, make_plan
 from .session import LiveBudgetError, LiveSession
@@ -24,11 +24,10 @@ from .session import LiveBudgetError, LiveSession
 PLAIN_REPEATS = 3  # the plain step's wall time is the median of this many, after a warm-up
 
 
-def overhead_of(clock_ns: int, remat_ns: int) -> float | None:
-    """The simulator's overhead on a live clock: final clock / compute, compute being the clock's
-    first runs (it starts at 1, as the engine's: an unbounded step is (compute + 1) / compute)."""
-    compute_ns = clock_ns - 1 - remat_ns
-    return clock_ns / compute_ns if compute_ns > 0 else None
+def overhead_of(outcome: str, clock_ns: int, remat_ns: int) -> float | None:
+    """The simulator's overhead (run_overhead) on a live clock, compute being the clock's first
+    runs (it starts at 1, as the engine's: an unbounded step is (compute + 1) / compute)."""
+    return run_overhead(outcome, clock_ns, clock_ns - 1 - remat_ns)
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
         outside -= sum(session.constant_bytes().values())
     return LiveRun(OK if error is None else OOM, int(budget_bytes), session.peak_bytes, session.evictions,
                    session.eager_evictions, session.replays, session.clock_ns, session.remat_ns,
-                   overhead_of(session.clock_ns, session.remat_ns) if error is None else None,
+                   overhead_of(OK if error is None else OOM, session.clock_ns, session.remat_ns),
                    tuple(session.evicted), step=number, engine=session.engine_name, error=error, wall_s=wall_s,
                    unplanned_remats=session.unplanned_remats, early_bytes=session.early_bytes,
                    cuda_peak_bytes=cuda_peak,
@@ -174,7 +173,7 @@ def simulate_plan(program, budget_bytes: int, policy: str, seed: int) -> SimRun:
     events = result.observations.events
     return SimRun(result.outcome, budget_bytes, result.peak_bytes, result.evictions, result.eager_evictions,
                   len(events.rows(REMAT)), result.clock_ns, result.remat_ns,
-                  result.overhead if result.ok else None, tuple(events.rows(EVICT).storage.tolist()),
+                  result.overhead, tuple(events.rows(EVICT).storage.tolist()),
                   runtime=result.runtime)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..formats import overhead_text
 from .findings import inversion_text
 from .plan import SUBJECT_POLICY
 from .study import STUDY_TRACES
@@ -69,7 +70,8 @@ def _lstm(repro) -> list[Claim]:
         return [Claim(key, "lstm", st, none, why or DIFFERS, DEMONSTRATED, {})
                 for key, st in zip(("a1", "a2", "a3"), (statement_a1, statement_a2, statement_a3))]
     figures = (  # per claim: the figure of one pair in words, and whether it is the study's
-        (lambda pc: f"{pc.switch.factor:.2f}x (overhead {pc.switch.fast.overhead:.3f} -> {pc.switch.slow.overhead:.3f})",
+        (lambda pc: f"{pc.switch.factor:.2f}x (overhead {overhead_text(pc.switch.fast.overhead)} -> "
+                    f"{overhead_text(pc.switch.slow.overhead)})",
          lambda pc: _same(pc.switch.factor, "7.3")),
         (lambda pc: f"{pc.per_storage_fast:.2f} -> {pc.per_storage_slow:.2f} evictions per evicted storage",
          lambda pc: _same(pc.per_storage_fast, "1.33") and _same(pc.per_storage_slow, "8.27")),

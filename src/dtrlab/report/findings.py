@@ -14,6 +14,7 @@ from ..analysis.feasibility import Inversion, inversions
 from ..analysis.regimes import Regime, Switch, regimes, switches
 from ..analysis.runs import Run
 from ..analysis.runs import runs_of as store_runs
+from ..formats import overhead_text
 from .plan import fine_neighbours
 
 # The first screen lists this many switches (the largest) and inversions (the first) of a trace.
@@ -150,7 +151,7 @@ def found_on(found: dict[tuple[str, str], Curve], traces: tuple[dict, ...], poli
 def switch_text(s: Switch) -> str:
     """One switch in words: both budgets (smaller first), their overheads, the factor."""
     more = "; the larger budget is the slow one" if s.upward else ""
-    return (f"{s.lo.label} -> {s.hi.label}: overhead {s.lo.overhead:.3f} -> {s.hi.overhead:.3f}, "
+    return (f"{s.lo.label} -> {s.hi.label}: overhead {overhead_text(s.lo.overhead)} -> {overhead_text(s.hi.overhead)}, "
             f"{s.factor:.2f}x{more}")
 
 
@@ -159,8 +160,8 @@ def inversion_text(inv: Inversion) -> str:
     bad = inv.infeasible
     where = ", ".join(r.label for r in bad) if len(bad) <= 6 else f"{bad[0].label}-{bad[-1].label} ({len(bad)} budgets)"
     outcomes = "/".join(sorted({r.outcome for r in bad}))
-    return (f"feasible at {inv.last_feasible.label} (overhead {inv.last_feasible.overhead:.3f}), {outcomes} at "
-            f"{where}, feasible again at {inv.next_feasible.label} (overhead {inv.next_feasible.overhead:.3f})")
+    return (f"feasible at {inv.last_feasible.label} (overhead {overhead_text(inv.last_feasible.overhead)}), {outcomes} at "
+            f"{where}, feasible again at {inv.next_feasible.label} (overhead {overhead_text(inv.next_feasible.overhead)})")
 
 
 def found_line(f: Found) -> str:

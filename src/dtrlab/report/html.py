@@ -11,13 +11,14 @@ import math
 import jinja2
 
 from .. import __version__
+from ..formats import overhead_text
 from .claims import DEMONSTRATED, HYPOTHESIS, study_missing
 from .mechanisms import section as mechanisms_section
 from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
 from .leaderboard import context as leaderboard_context
 from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
 from .study import FETCH_AND_REPRODUCE
-from .tables import curve_rows, fmt_overhead, inversion_rows
+from .tables import curve_rows, inversion_rows
 
 
 def _env(autoescape: bool) -> jinja2.Environment:
@@ -26,7 +27,7 @@ def _env(autoescape: bool) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined)
     env.filters["ratio"] = lambda x: "-" if x is None else f"{x:g}"
     env.filters["factor"] = lambda x: "-" if x is None or not math.isfinite(x) else f"{x:.2f}x"
-    env.filters["overhead"] = fmt_overhead
+    env.filters["overhead"] = overhead_text
     env.filters["mib"] = lambda n: f"{n / 2**20:,.1f} MiB"
     env.filters["count"] = lambda n: f"{n:,.0f}"
     env.filters["switch_text"] = switch_text
@@ -50,7 +51,7 @@ def _context(repro, figures: dict) -> dict:
         "curves": curve_rows(repro), "inversions": inversion_rows(repro), "focus": f,
         "figures": figures, "runs": len(repro.frame), "mech": mechanisms_section(repro),
         "leaderboard": leaderboard_context(repro.leaderboard),
-        "overhead": lambda x: "n/a" if x is None else f"{x:.3f}",
+        "overhead": overhead_text,
     }
 
 

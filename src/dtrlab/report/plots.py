@@ -3,7 +3,6 @@ memory near an OOM, the ablation heatmap. Each function draws one figure and ret
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib
@@ -49,7 +48,7 @@ def overhead_curves(trace: str, curves: dict, subject: str, cap: float):
             ax.axvspan(regime.first.ratio - 0.0005, regime.last.ratio + 0.0005,
                        color=REGIME_COLOURS[regime.label], zorder=0, lw=0)
     floor = None
-    feasible = [r.overhead for c in curves.values() for r in c.runs if r.feasible and math.isfinite(r.overhead)]
+    feasible = [r.overhead for c in curves.values() for r in c.runs if r.feasible and r.overhead is not None]
     floor = min(feasible) / 1.15 if feasible else 0.9
     for k, (policy, curve) in enumerate(sorted(curves.items())):
         colour = POLICY_COLOURS.get(policy, f"C{k}")

@@ -5,13 +5,7 @@ Owns what the HTML and the Markdown both show in their tables; the templates say
 
 from __future__ import annotations
 
-import math
-
 from ..sim.result import OOM
-
-
-def fmt_overhead(x) -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3f}"
 
 
 def curve_rows(repro) -> list[dict]:

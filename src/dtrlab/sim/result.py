@@ -8,12 +8,26 @@ from typing import Any
 OK, OOM, REMAT_LIMIT, TIMEOUT = "ok", "oom", "remat_limit", "timeout"
 
 
+def run_overhead(outcome: str, clock_ns: int | None, compute_ns: int | None) -> float | None:
+    """A run's overhead: its final clock over the compute of one unconstrained step. The one
+    definition, for simulated and live runs and stored rows alike.
+
+    None for a run that did not finish (oom, remat_limit, timeout): its clock stopped part way
+    through the step, so the quotient measures nothing; None too when there is no compute to
+    divide by.
+    """
+    if outcome != OK or not (compute_ns and compute_ns > 0):
+        return None
+    return clock_ns / compute_ns
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One simulation: outcome, final clock and the counters of what the policy did.
 
     clock_ns counts from 1 as the reference runtime's clock does, so an unconstrained run
-    ends at baseline_compute_ns + 1 and overhead = clock_ns / baseline_compute_ns.
+    ends at baseline_compute_ns + 1 and overhead = clock_ns / baseline_compute_ns (None for a run
+    that did not finish: see `run_overhead`).
     """
 
     outcome: str
@@ -34,8 +48,8 @@ class RunResult:
     observations: Any = field(default=None, compare=False, repr=False)
 
     @property
-    def overhead(self) -> float:
-        return self.clock_ns / self.baseline_compute_ns if self.baseline_compute_ns else float("nan")
+    def overhead(self) -> float | None:
+        return run_overhead(self.outcome, self.clock_ns, self.baseline_compute_ns)
 
     @property
     def ok(self) -> bool:

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
+from ..formats import overhead_text
 from ..output import console
 from ..sim.policies import get_policy, is_import_path
 from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT
@@ -103,9 +104,6 @@ def summarize(store: Store, specs: Iterable[RunSpec]) -> tuple[SummaryRow, ...]:
 
 
 def summary_table(summary: SweepSummary) -> Table:
-    def fmt(x: float | None) -> str:
-        return "-" if x is None else f"{x:.4f}"
-
     table = Table(title=f"{summary.total} runs: {summary.ran} run now, {summary.skipped} already stored"
                         + (f", {summary.missing} not run (interrupted)" if summary.missing else ""))
     for name in ("trace", "policy", "runtime", "ok", "oom", "remat_limit", "timeout",
@@ -113,7 +111,7 @@ def summary_table(summary: SweepSummary) -> Table:
         table.add_column(name, justify="left" if name in ("trace", "policy", "runtime") else "right")
     for r in summary.rows:
         table.add_row(r.trace, r.policy, r.runtime, str(r.ok), str(r.oom), str(r.remat_limit),
-                      str(r.timeout), fmt(r.min_overhead), fmt(r.max_overhead))
+                      str(r.timeout), overhead_text(r.min_overhead, 4), overhead_text(r.max_overhead, 4))
     return table
 
 

@@ -20,7 +20,7 @@ import duckdb
 
 from .. import __version__
 from ..errors import UsageError
-from ..sim.result import TIMEOUT, RunResult
+from ..sim.result import TIMEOUT, RunResult, run_overhead
 from . import DEFAULT_STORE
 from .grid import RunSpec
 from .wal import wal_layout
@@ -47,7 +47,7 @@ CREATE TABLE runs (
     ratio DOUBLE,                 -- NULL: a byte budget given directly
     budget_bytes BIGINT NOT NULL,
     outcome VARCHAR NOT NULL,     -- ok | oom | remat_limit | timeout
-    overhead DOUBLE,              -- measured columns are NULL for a timeout
+    overhead DOUBLE,              -- NULL for a run that did not finish (read by run_overhead's rule)
     clock_ns BIGINT,
     remat_ns BIGINT,
     evictions BIGINT,
@@ -272,14 +272,14 @@ class Store:
     def rows(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """The runs table (or the rows of `keys`), one row per run, in export order."""
         if keys is None:
-            return self._con.execute(_EXPORT_SQL).df()
+            return _with_overheads(self._con.execute(_EXPORT_SQL).df())
         import pandas as pd  # only when a frame is asked for: the CLI stays light
 
         wanted = pd.DataFrame({"key": list(keys)})
         self._con.register("_wanted", wanted)
         try:
-            return self._con.execute(
-                _EXPORT_SQL.replace("FROM runs", "FROM runs SEMI JOIN _wanted USING (key)")).df()
+            return _with_overheads(self._con.execute(
+                _EXPORT_SQL.replace("FROM runs", "FROM runs SEMI JOIN _wanted USING (key)")).df())
         finally:
             self._con.unregister("_wanted")
 
@@ -306,7 +306,7 @@ class Store:
             "key": spec.key, "trace": spec.trace, "trace_sha256": spec.trace_sha256,
             "policy": spec.policy, "runtime": spec.runtime, "ratio": spec.ratio,
             "budget_bytes": spec.budget_bytes, "outcome": result.outcome,
-            "overhead": None if timed_out else result.overhead,
+            "overhead": result.overhead,
             "overhead_limit": spec.overhead_limit, "seed": spec.seed,
             "engine": None if timed_out else result.engine, "timeout_s": timeout_s,
             "wall_s": float(wall_s), "created_at": datetime.now(timezone.utc),
@@ -340,6 +340,18 @@ class Store:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _with_overheads(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each row's overhead by the one rule (run_overhead) from its stored clock and
+    compute: a store written before the rule holds the stopped clock / compute of an OOM run, and
+    no reader (a table, an analysis, an export) may show that as an overhead. NaN where none."""
+    import pandas as pd
+
+    frame["overhead"] = pd.Series(
+        [run_overhead(o, c, b) for o, c, b in zip(frame["outcome"], frame["clock_ns"], frame["baseline_compute_ns"])],
+        index=frame.index, dtype="float64")
+    return frame
 
 
 def _storage_rows(per_storage) -> list[tuple[int, int, int, int]]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
 from ..errors import UsageError
+from ..formats import overhead_text
 from ..sim.instruments import COMPUTE, EVENT_KINDS, REMAT, Instruments, OomSnapshot
 from ..sim.result import RunResult
 from ..trace.lower import Program
@@ -68,7 +69,7 @@ class Timeline:
     def title(self) -> str:
         r = self.result
         budget = f"ratio {self.ratio:g}" if self.ratio is not None else f"{self.budget_bytes:,} B"
-        return f"{self.program.name} {r.policy}/{r.runtime} at {budget}: {r.outcome}, overhead {r.overhead:.4f}"
+        return f"{self.program.name} {r.policy}/{r.runtime} at {budget}: {r.outcome}, overhead {overhead_text(r.overhead, 4)}"
 
     def kept(self) -> np.ndarray:
         """A boolean mask of the log rows inside the window (every row without one)."""

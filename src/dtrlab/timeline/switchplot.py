@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..formats import overhead_text
 from ..sim.instruments import EVENT_KINDS, EVICT, EVICT_EAGER, LOCK, REMAT
 from .source import Timeline
 
@@ -23,7 +24,7 @@ class SwitchSeries:
 
     label: str
     budget_bytes: int
-    overhead: float
+    overhead: float | None
     memory: np.ndarray
     recompute: np.ndarray
     evictions: np.ndarray
@@ -55,7 +56,7 @@ def figure(title: str, fast: SwitchSeries, slow: SwitchSeries, divergence=None):
     mib, ms = 2.0 ** 20, 1e6
     # The slow run first: it is the longer, and the fast one is drawn over it.
     for s, colour, z in ((slow, SLOW_COLOUR, 2), (fast, FAST_COLOUR, 3)):
-        name = f"{s.label} (overhead {s.overhead:.3f})"
+        name = f"{s.label} (overhead {overhead_text(s.overhead)})"
         axes[0].step(s.memory[:, 0] / ms, s.memory[:, 1] / mib, where="post", color=colour, lw=0.8, alpha=0.8,
                      label=name, zorder=z)
         axes[0].axhline(s.budget_bytes / mib, color=colour, ls="--", lw=1, label=f"budget of {s.label}")

@@ -1,4 +1,5 @@
-"""Fetched trace sets: the DTR authors' logs.zip, downloaded once, checked, and stored under a name.
+"""Fetched trace sets: the DTR authors' logs.zip, downloaded once (or added from a file already
+downloaded), checked, and stored under a name.
 
 Owns where the public traces come from (URL, sha256, size), the data folder that holds the sets,
 and the download: progress, then checks, then one rename, so a set is there whole or not at all.
@@ -147,15 +148,60 @@ def fetch_set(name: str = DEFAULT_NAME, url: str = URL, sha256: str = SHA256, *,
     """
     sha256 = check_sha256(sha256)
     path = _path(name)
+    t0 = time.perf_counter()
+    there = _already(name, path, sha256, "--name")
+    if there is not None:
+        return Fetched(there, 0, time.perf_counter() - t0)
+    size = _store(name, path, url, sha256, lambda out: _download(url, out, progress))
+    return Fetched(StoredSet(name, path, size, sha256), size, time.perf_counter() - t0)
+
+
+def add_set(name: str, file: str | os.PathLike, sha256: str = SHA256) -> tuple[StoredSet, bool]:
+    """Store a logs.zip already downloaded (`file`) as the set `name`, with the checks of a download:
+    its sha256 first (the public file's by default), then a zip with logs/manifest.json. The set and
+    whether it was added now (False: the same bytes were there already under that name)."""
+    import shutil
+
+    sha256 = check_sha256(sha256)
+    source = Path(file)
+    if not source.is_file():
+        raise UsageError(f"{source}: no such file")
+    path = _path(name)
+    got = _sha256_of(source)
+    if got != sha256:
+        what = "not the DTR authors' logs.zip" if sha256 == SHA256 else "not the file expected"
+        raise UsageError(f"{source}: sha256 {got} is not the expected {sha256} ({what}); nothing stored "
+                         f"(--sha256 {got} adds this file as it is)")
+    there = _already(name, path, sha256, "NAME")
+    if there is not None:
+        return there, False
+
+    def copy(out) -> int:
+        with open(source, "rb") as f:
+            shutil.copyfileobj(f, out, _CHUNK_BYTES)
+        return source.stat().st_size
+
+    size = _store(name, path, str(source), sha256, copy)
+    return StoredSet(name, path, size, sha256), True
+
+
+def _already(name: str, path: Path, sha256: str, rename: str) -> StoredSet | None:
+    """The set `name` when it holds these bytes already; None when there is none; a UsageError when
+    it holds another file (`rename`: the option or argument that picks another name)."""
+    if not path.is_file():
+        return None
+    there = _described(name, path)
+    if there.sha256 != sha256:
+        raise UsageError(f"{path}: the trace set {name!r} holds another file (sha256 {there.sha256}); "
+                         f"`dtrlab traces remove {name}` first, or pick another {rename}")
+    return there
+
+
+def _store(name: str, path: Path, origin: str, sha256: str, fill: Callable[..., int]) -> int:
+    """Write a set through `fill(out) -> bytes written` to a temporary name beside `path`, check it
+    (_check, its lines naming `origin`) and rename it into place; on any failure nothing is left."""
     import tempfile
 
-    t0 = time.perf_counter()
-    if path.is_file():
-        there = _described(name, path)
-        if there.sha256 != sha256:
-            raise UsageError(f"{path}: the trace set {name!r} holds another file (sha256 {there.sha256}); "
-                             f"`dtrlab traces remove {name}` first, or pick another --name")
-        return Fetched(there, 0, time.perf_counter() - t0)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.", suffix=_PART)
@@ -164,13 +210,13 @@ def fetch_set(name: str = DEFAULT_NAME, url: str = URL, sha256: str = SHA256, *,
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            size = _download(url, out, progress)
-        _check(url, tmp, size, sha256)
+            size = fill(out)
+        _check(origin, tmp, size, sha256)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Fetched(StoredSet(name, path, size, sha256), size, time.perf_counter() - t0)
+    return size
 
 
 def _download(url: str, out, progress) -> int:
@@ -242,5 +288,5 @@ def progress_bar(console) -> Iterator[Callable[[int | None], Callable[[int], Non
         yield start
 
 
-__all__ = ["DEFAULT_NAME", "MANIFEST", "SHA256", "SIZE_BYTES", "URL", "Fetched", "StoredSet", "check_sha256",
+__all__ = ["DEFAULT_NAME", "MANIFEST", "SHA256", "SIZE_BYTES", "URL", "Fetched", "StoredSet", "add_set", "check_sha256",
            "data_dir", "fetch_set", "list_sets", "progress_bar", "remove_set", "sets_dir", "stored_set"]
