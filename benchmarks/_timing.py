@@ -11,6 +11,18 @@ SHARED = Path(os.environ.get("DTRLAB_SHARED", Path(__file__).resolve().parents[2
 TRACES = SHARED / "traces" / "dtr-iclr21"
 
 
+TINY = Path(__file__).resolve().parents[1] / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
+SMOKE_HELP = "one quick pass on the shipped tiny trace (CI: every benchmark must run; timings mean nothing)"
+
+
+def smoke_programs(names) -> dict:
+    """The shipped tiny trace's program under each name: a smoke run's stand-in for the public traces."""
+    from dtrlab.trace import load_one
+
+    program = load_one(TINY, cache=False)
+    return {name: program for name in names}
+
+
 def public_programs(names) -> dict | None:
     """The named public traces' programs by name; None (after saying so) when the traces are absent."""
     if not TRACES.is_dir():

@@ -11,7 +11,7 @@ import sys
 
 from dtrlab.sim.simulate import budget_from_ratio, simulate
 
-from _timing import median_seconds, public_programs  # noqa: E402  (benchmarks/ is on sys.path)
+from _timing import SMOKE_HELP, median_seconds, public_programs, smoke_programs  # noqa: E402  (benchmarks/ is on sys.path)
 
 # (trace, ratio, the reference simulator's seconds for DTR on eager-optimized)
 CASES = [
@@ -29,13 +29,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--engine", default="auto")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
-    programs = public_programs(c[0] for c in CASES)
+    cases = CASES[:1] if args.smoke else CASES
+    if args.smoke:
+        args.repeat = 1
+    programs = (smoke_programs if args.smoke else public_programs)(c[0] for c in cases)
     if programs is None:
         return 0
     print(f"engine benchmark ({args.engine}), median of {args.repeat} runs, DTR, eager-optimized")
     print(f"{'trace':<16}{'ratio':>6}{'median ms':>11}{'simrd s':>9}{'speed-up':>10}{'evictions':>11}")
-    for name, ratio, ref_s in CASES:
+    for name, ratio, ref_s in cases:
         program = programs[name]
         budget = budget_from_ratio(program, ratio)
         result = simulate(program, budget, "dtr", engine=args.engine)

@@ -14,7 +14,7 @@ import time
 from dtrlab.sim.instruments import Instruments
 from dtrlab.sim.simulate import budget_from_ratio, simulate
 
-from _timing import median_seconds, public_programs  # noqa: E402  (benchmarks/ is on sys.path)
+from _timing import SMOKE_HELP, median_seconds, public_programs, smoke_programs  # noqa: E402  (benchmarks/ is on sys.path)
 
 # (trace, ratio): the LSTM on both sides of its regime switch, and ResNet-32 at an OOM and a run
 CASES = [("lstm", 0.265), ("lstm", 0.266), ("resnet32", 0.104), ("resnet32", 0.2), ("transformer", 0.5)]
@@ -26,14 +26,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--python", action="store_true", help="also time the Python engine with the log, once")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
-    programs = public_programs(c[0] for c in CASES)
+    cases = CASES[:1] if args.smoke else CASES
+    if args.smoke:
+        args.repeat = 1
+    programs = (smoke_programs if args.smoke else public_programs)(c[0] for c in cases)
     if programs is None:
         return 0
     print(f"instruments benchmark, compiled engine, DTR, eager-optimized, median of {args.repeat} runs")
     print(f"{'trace':<12}{'ratio':>6}{'plain ms':>10}{'events ms':>11}{'every ms':>10}{'ratio':>7}"
           f"{'events':>10}{'log MB':>8}{'python s':>10}")
-    for name, ratio in CASES:
+    for name, ratio in cases:
         program = programs[name]
         budget = budget_from_ratio(program, ratio)
         runs = [median_seconds(lambda ins=ins: simulate(program, budget, "dtr", instruments=ins), args.repeat,

@@ -61,7 +61,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
     ap.add_argument("--tiny", action="store_true", help="the tests' sizes instead of the shipped ones")
+    ap.add_argument("--smoke", action="store_true", help="one round of the LSTM at the tests' size (CI: it must run)")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat, args.models, args.tiny = 1, "lstm", True
     try:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode

@@ -26,7 +26,7 @@ from dtrlab.sim import cengine
 from dtrlab.sim.policies import formula_policy, get_policy, register_policy
 from dtrlab.sim.simulate import budget_from_ratio, simulate
 
-from _timing import median_seconds, public_programs  # noqa: E402  (benchmarks/ is on sys.path)
+from _timing import SMOKE_HELP, median_seconds, public_programs, smoke_programs  # noqa: E402  (benchmarks/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 BEFORE_REF = "e65241c"  # the last commit with the hard-wired score switch in _cengine.c
@@ -57,7 +57,8 @@ def _build_before(ref: str, folder: Path):
 def _before_runner(module, program, budget: int):
     """One DTR run on the old engine: its positional buffers and (e*, size, staleness) shape."""
     bufs = cengine._prepared(program)
-    old_order = [*cengine._BUFFER_NAMES[:10], "storage_root", *cengine._BUFFER_NAMES[10:]]
+    # the old engine took 21 arrays by position: storage roots after the sizes, and no s_const
+    old_order = [*cengine._BUFFER_NAMES[:10], "storage_root", *cengine._BUFFER_NAMES[10:20]]
     arrays = {**bufs, "storage_root": np.ascontiguousarray(program.storage_root.astype(np.int32))}
     positional = tuple(arrays[name] for name in old_order)
     # NUM_E, divide by size, divide by staleness, SPECIAL_SCORE; eager, regions, no eq classes
@@ -69,8 +70,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--python-repeat", type=int, default=3)
     ap.add_argument("--before", default=BEFORE_REF, help="git ref of the engine to compare with")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
-    programs = public_programs(c[0] for c in CASES)
+    cases = CASES[:1] if args.smoke else CASES
+    if args.smoke:
+        args.repeat = args.python_repeat = 1
+    programs = (smoke_programs if args.smoke else public_programs)(c[0] for c in cases)
     if programs is None:
         return 0
     dtr, formula = get_policy("dtr"), formula_policy(DTR_TEXT)
@@ -87,7 +92,7 @@ def main() -> int:
                 "C formula vs py function")
         print(f"{head[0]:<10}{head[1]:>6}{head[2]:>10}{head[3]:>11}{head[4]:>7}{head[5]:>13}{head[6]:>12}"
               f"{head[7]:>7}{head[8]:>26}")
-        for name, ratio in CASES:
+        for name, ratio in cases:
             program = programs[name]
             budget = budget_from_ratio(program, ratio)
             want = simulate(program, budget, dtr)

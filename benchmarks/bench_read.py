@@ -20,7 +20,7 @@ from dtrlab.trace import load_one
 from dtrlab.trace.lower import lower
 from dtrlab.trace.read import open_source, read_trace
 
-from _timing import TRACES, median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
+from _timing import SMOKE_HELP, TINY, TRACES, median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
 
 
 
@@ -30,7 +30,10 @@ def main() -> int:
     ap.add_argument("--trace", default="lstm", help="first word of the log file name (default: lstm)")
     ap.add_argument("--wide", default="100000,200000,850000",
                     help="argument counts of the wide-CALL case (empty: skip it)")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat, args.wide = 1, "1000"
     status = _lstm(args)
     if args.wide:
         _wide([int(n) for n in args.wide.split(",")], max(1, args.repeat // 3))
@@ -65,7 +68,7 @@ def _wide(counts: list[int], repeat: int) -> None:
 
 
 def _lstm(args) -> int:
-    logs = sorted(TRACES.glob(f"{args.trace}-*.log"))
+    logs = [TINY] if args.smoke else sorted(TRACES.glob(f"{args.trace}-*.log"))
     if not logs:
         print(f"skipped: no {args.trace}-*.log in {TRACES}")
         return 0

@@ -46,7 +46,10 @@ def process_seconds(args: list[str], env: dict, repeat: int) -> tuple[float, flo
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--smoke", action="store_true", help="one process a case (CI: it must run)")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat = 1
     with tempfile.TemporaryDirectory() as cache:
         # A private cache folder: the benchmark neither reads nor fills the user's cache.
         env = {**os.environ, "DTRLAB_CACHE_DIR": cache}

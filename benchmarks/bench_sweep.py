@@ -25,6 +25,8 @@ from dtrlab.sweep.run import run_sweep  # noqa: E402
 from dtrlab.sweep.store import results_dataframe  # noqa: E402
 from dtrlab.trace import load  # noqa: E402
 
+from _timing import TINY  # noqa: E402  (benchmarks/ is on sys.path)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -41,7 +43,10 @@ def main() -> None:
                         help="stop runs past this overhead (lstm has budgets near 0.2 with 30-40x)")
     parser.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds")
     parser.add_argument("--store", default=None, help="default: a fresh temporary file (nothing skipped)")
+    parser.add_argument("--smoke", action="store_true", help="a few runs on the shipped tiny trace (CI: it must run)")
     args = parser.parse_args()
+    if args.smoke:
+        args.source, args.trace, args.ratios, args.workers = str(TINY), "tiny", "0.5:1.0:0.1", 1
 
     t0 = time.perf_counter()
     programs = [p for p in load(args.source, [args.trace]) if p.name == args.trace]

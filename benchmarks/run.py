@@ -1,6 +1,7 @@
 """Runs every benchmarks/bench_*.py as a script, one after another, and prints their output.
 
-`make bench` calls it; `python benchmarks/run.py read engine` runs only the benchmarks named.
+`make bench` calls it; `python benchmarks/run.py read engine` runs only the benchmarks named;
+`--smoke` runs each once at its smallest size (tests/test_benchmarks.py does, marked slow).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ SRC = HERE.parent / "src"
 
 
 def main(argv: list[str]) -> int:
+    # --smoke: each benchmark once at its smallest size (what CI runs, so none can rot)
+    smoke = ["--smoke"] if "--smoke" in argv else []
+    argv = [a for a in argv if a != "--smoke"]
     scripts = sorted(HERE.glob("bench_*.py"))
     if argv:
         scripts = [s for s in scripts if s.stem.removeprefix("bench_") in argv or s.stem in argv]
@@ -29,7 +33,7 @@ def main(argv: list[str]) -> int:
         print(f"== {script.name}", flush=True)
         t0 = time.perf_counter()
         # Each benchmark in its own process: no warm caches or imports carried from the last one.
-        rc = subprocess.run([sys.executable, str(script)], env=env).returncode
+        rc = subprocess.run([sys.executable, str(script), *smoke], env=env).returncode
         print(f"== {script.name}: {'ok' if rc == 0 else f'exit code {rc}'} in {time.perf_counter() - t0:.1f} s\n",
               flush=True)
         if rc != 0:

@@ -118,7 +118,8 @@ def test_simulate_json_matches_a_reference_row(engine):
     out = json.loads(result.stdout)
     assert list(out) == ["outcome", "overhead", "clock_ns", "baseline_compute_ns", "baseline_peak_bytes",
                          "budget_bytes", "ratio", "evictions", "eager_evictions", "distinct_evicted",
-                         "peak_bytes", "remat_ns", "score_evals", "policy", "runtime", "engine", "trace"]
+                         "peak_bytes", "remat_ns", "score_evals", "policy", "runtime", "engine", "trace",
+                         "engine_note"]
     assert (out["outcome"], out["clock_ns"], out["budget_bytes"], out["evictions"]) == \
            (row["outcome"], row["clock"], row["budget"], row["evictions_heuristic"])
     assert (out["baseline_peak_bytes"], out["baseline_compute_ns"]) == (row["baseline_memory"], row["baseline_compute"])
@@ -126,6 +127,17 @@ def test_simulate_json_matches_a_reference_row(engine):
     assert (out["ratio"], out["policy"], out["runtime"], out["trace"]) == (0.5, "dtr", "eager-optimized", "resnet32")
     if engine == "python":
         assert out["engine"] == "python"
+    assert out["engine_note"] is None  # the engine asked for (auto: the compiled one) ran
+
+
+def test_simulate_says_why_the_python_engine_ran():
+    out = json.loads(run("simulate", TINY, "--ratio", "0.7", "--runtime", "banishing", "--policy", "lru",
+                         "--json").stdout)
+    assert out["engine"] == "python" and "banishing runtime runs on the Python engine only" in out["engine_note"]
+    table = run("simulate", TINY, "--ratio", "0.7", "--runtime", "banishing", "--policy", "lru").stdout
+    assert "(python engine)" in table and "python: the banishing runtime runs on the Python engine only" in table
+    one_line_error(run("simulate", TINY, "--ratio", "0.7", "--runtime", "banishing", "--policy", "lru",
+                       "--engine", "c"), "compiled engine is not available", "banishing runtime")
 
 
 def test_simulate_with_bytes_and_reference_names():

@@ -252,17 +252,21 @@ def simulate(
     program = load_one(source, trace, cache=not no_cache, strict=strict)
     budget = budget_of(program, ratio, budget_bytes)
     if schedule_out is None:
-        result = run_simulation(program, budget, policy, runtime, overhead_limit=overhead_limit,
-                                seed=seed, engine=engine.value)
+        result = _watched(lambda watch: run_simulation(program, budget, policy, runtime,
+                                                       overhead_limit=overhead_limit, seed=seed,
+                                                       engine=engine.value, progress=watch),
+                          program.n_ops, overhead_limit)
     else:
         from .schedule.emit import simulate_schedule, write_run_schedule
 
-        result, schedule = simulate_schedule(program, budget, policy, runtime, overhead_limit=overhead_limit,
-                                             seed=seed, engine=engine.value)
+        result, schedule = _watched(lambda watch: simulate_schedule(
+            program, budget, policy, runtime, overhead_limit=overhead_limit, seed=seed, engine=engine.value,
+            progress=watch), program.n_ops, overhead_limit)
         write_run_schedule(schedule_out, program, result, schedule)
     d = result.to_dict()
     d["ratio"] = ratio
     out = {k: d[k] for k in _RESULT_KEYS}
+    out["engine_note"] = result.engine_note or None  # why the Python engine ran, when not asked for
     if as_json:
         print_json(out)
         return
@@ -289,9 +293,31 @@ def simulate(
         ("baseline compute", _ns(result.baseline_compute_ns)),
         ("baseline peak", _bytes(result.baseline_peak_bytes)),
     ]
+    if result.engine_note:
+        rows.append(("engine", f"{result.engine}: {result.engine_note}"))
     for label, value in rows:
         table.add_row(label, value)
     console().print(table)
+
+
+def _watched(run, n_ops: int, overhead_limit: float | None):
+    """run(watch) with a RunWatch: progress lines on a terminal's stderr after 2 s, a thrash said on
+    stderr, and Ctrl-C ending the run with its figures so far on one line (exit 130, nothing kept)."""
+    from .sim.progress import RunInterrupted, RunWatch, Snapshot, describe
+
+    err = console(stderr=True)
+    warn = lambda line: err.print(f"dtrlab: {line}", markup=False, highlight=False)  # noqa: E731
+    watch = RunWatch(warn if err.is_terminal else lambda line: None, n_ops, warn=warn,
+                     overhead_limit=overhead_limit)
+    try:
+        return run(watch)
+    except RunInterrupted as exc:
+        p = exc.partial
+        snap = Snapshot(p.clock_ns, p.remat_ns, p.evictions, p.eager_evictions, 0, 0)
+        last = f" (operator {watch.last.ops_created:,} of {n_ops:,})" if watch.last else ""
+        typer.echo(f"dtrlab: interrupted{last}: {describe(snap)}, {p.engine} engine; "
+                   "a partial run, not a result", err=True)
+        raise typer.Exit(130) from None
 
 
 # --- policies ---------------------------------------------------------------------------------

@@ -267,7 +267,8 @@ typedef struct {
 
 /* Outcomes (the first three are a run's; exported by name) and schedule step kinds (lower.py's
  * numbers, checked by cengine.py at import). */
-enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3, OUT_STALE = 4, OUT_OVERFLOW = 5, OUT_PYERR = 6 };
+enum { OUT_OK = 0, OUT_OOM = 1, OUT_REMAT = 2, OUT_NOMEM = 3, OUT_STALE = 4, OUT_OVERFLOW = 5, OUT_PYERR = 6,
+       OUT_INTERRUPTED = 7 };
 enum { STEP_COMPUTE = 0, STEP_GET = 1, STEP_PIN = 2, STEP_RELEASE = 3 };
 
 typedef struct {
@@ -339,6 +340,9 @@ typedef struct {
     u64 *lab, *delta; /* per storage: the bases of a group that reach it, not yet expanded */
     u64 *pending;     /* storages waiting to be expanded (a bitset) */
     i32 *dfs;
+    /* per-operator scratch, as long as the widest operator's outputs (no limit on outputs) */
+    i32 *op_rs;
+    unsigned char *op_dup, *op_leaf, *op_gone;
     /* equivalence classes */
     i32 *ecn; /* a node, or ECN_UNMADE / ECN_CLEARED (see create and compute) */
     i32 *uf_parent;
@@ -375,6 +379,15 @@ typedef struct {
     PyObject *ex_compute, *ex_drop; /* its bound methods */
     int pyerr;     /* the executor raised: its exception is set */
     i64 need;      /* the bytes an OOM could not make room for */
+    /* progress: every tick_every units of work (a schedule step, a computation, a policy
+     * eviction) the run calls progress(clock_ns, remat_ns, evictions, eager_evictions,
+     * ops_created, step) with the GIL; without a callback tick_left never reaches 0, so the hot
+     * loop pays one decrement. The callback raising (Ctrl-C) ends the run: OUT_INTERRUPTED. */
+    PyObject *progress;
+    i64 tick_every, tick_left;
+    i32 step_now;
+    PyThreadState *tstate; /* the GIL released by py_run */
+    PyObject *interrupt;   /* what the callback raised (its exception value) */
 } St;
 
 static inline i32 st_of(const St *S, i32 t) { return S->p->t_storage[t]; }
@@ -651,7 +664,7 @@ static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 
             any = 1;
         }
     if (!any) return 0;
-    unsigned char gone[64];
+    unsigned char *gone = S->op_gone;
     for (i32 k = 0; k < nrs; k++) {
         gone[k] = (unsigned char)bget(in, rs[k]);
         if (gone[k]) { bclr(in, rs[k]); S->rev_c[b] -= S->s_compute[rs[k]]; }
@@ -672,7 +685,7 @@ static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 
 /* Update the trusted reverse regions among `bases` now that rs became material; the others are
  * moved to the front of `bases` and their number returned, for a full rebuild. */
 static i32 update_trusted(St *S, const i32 *rs, i32 nrs, i32 *bases, i32 n) {
-    unsigned char leaf[64];
+    unsigned char *leaf = S->op_leaf;
     for (i32 k = 0; k < nrs; k++) {
         const u64 *ri = row(S->rev_in, S, rs[k]); /* just rebuilt */
         leaf[k] = 1;
@@ -1059,6 +1072,31 @@ static void evict(St *S, i32 s, int by_policy) {
     }
 }
 
+/* One unit of work done: every tick_every units, the progress callback (see St). 1: it raised. */
+static int tick_slow(St *S) {
+    S->tick_left = S->tick_every;
+    if (!S->progress || !S->tstate) return 0;
+    PyEval_RestoreThread(S->tstate);
+    PyObject *r = PyObject_CallFunction(S->progress, "LLLLii", (long long)S->clock, (long long)S->remat_ns,
+                                        (long long)S->evictions, (long long)S->eager_evictions,
+                                        (int)S->ops_created, (int)S->step_now);
+    int raised = r == NULL;
+    Py_XDECREF(r);
+    if (raised) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb && value) PyException_SetTraceback(value, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        S->interrupt = value ? value : Py_NewRef(Py_None);
+    }
+    S->tstate = PyEval_SaveThread();
+    return raised;
+}
+
+static inline int tick(St *S) { return --S->tick_left <= 0 && tick_slow(S); }
+
 static int free_for(St *S, i64 need) {
     while (S->memory + need > S->budget) {
         if (S->pool_n == 0) return 0;
@@ -1066,6 +1104,7 @@ static int free_for(St *S, i64 need) {
         if (S->overflow) return 0;
         evict(S, s, 1);
         if (S->nomem || S->pyerr) return 0;
+        if (tick(S)) return 0;
     }
     return 1;
 }
@@ -1157,9 +1196,9 @@ static i64 run_executor(St *S, i32 op, i32 t, int remat, i64 cost) {
 static void compute(St *S, i32 t, int remat) {
     const Prog *p = S->p;
     i32 op = p->t_op[t], start = p->op_out_start[op], n = p->op_n_out[op];
-    i32 rs[64], nrs = 0; /* storages becoming material: siblings in order, then t */
-    unsigned char dup[64];
-    for (i32 k = 0; k < n && k < 64; k++) {
+    i32 *rs = S->op_rs, nrs = 0; /* storages becoming material: siblings in order, then t */
+    unsigned char *dup = S->op_dup;
+    for (i32 k = 0; k < n; k++) {
         i32 u = start + k;
         dup[k] = (u != t) && S->defined[u];
         if (u != t && !S->material[st_of(S, u)]) rs[nrs++] = st_of(S, u);
@@ -1270,7 +1309,11 @@ static int materialize(St *S, i32 t0, int remat0) {
         i64 need = p->op_size[op];
         if (S->memory + need > S->budget && !free_for(S, need)) {
             S->need = need;
-            return S->nomem ? OUT_NOMEM : S->overflow ? OUT_OVERFLOW : S->pyerr ? OUT_PYERR : OUT_OOM;
+            return S->nomem       ? OUT_NOMEM
+                   : S->overflow  ? OUT_OVERFLOW
+                   : S->pyerr     ? OUT_PYERR
+                   : S->interrupt ? OUT_INTERRUPTED
+                                  : OUT_OOM;
         }
         compute(S, t, S->fr_remat[f]);
         if (S->pyerr) return OUT_PYERR;
@@ -1281,6 +1324,7 @@ static int materialize(St *S, i32 t0, int remat0) {
         S->fr_n--;
         if ((double)S->remat_ns > S->remat_limit) return OUT_REMAT;
         if (S->nomem) return OUT_NOMEM;
+        if (tick(S)) return OUT_INTERRUPTED;
     }
     return OUT_OK;
 }
@@ -1291,6 +1335,7 @@ static int run_steps(St *S, i32 *done, i32 end) {
     while (*done < end) {
         i32 k = (*done)++;
         i32 x = p->step_target[k];
+        S->step_now = k;
         switch (p->step_kind[k]) {
         case STEP_COMPUTE: {
             create(S, x);
@@ -1326,6 +1371,7 @@ static int run_steps(St *S, i32 *done, i32 end) {
         }
         if (S->nomem) return OUT_NOMEM;
         if (S->pyerr) return OUT_PYERR;
+        if (tick(S)) return OUT_INTERRUPTED;
     }
     return OUT_OK;
 }
@@ -1343,7 +1389,7 @@ static void st_free(St *S) {
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
                     S->aff, S->rev_ok, S->fr_refs, S->check_in, S->check_fr, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
-                    S->fr_wait, S->undef, S->evicted_by_policy, S->hist_evict, S->hist_remat, S->share,
+                    S->fr_wait, S->undef, S->evicted_by_policy, S->op_rs, S->op_dup, S->op_leaf, S->op_gone, S->hist_evict, S->hist_remat, S->share,
                     S->ev.kind, S->ev.score, S->ev.terms};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
     for (int c = 0; c < N_INT_COLS; c++) free(S->ev.ints[c]);
@@ -1561,7 +1607,13 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
     S->mark2 = calloc(ns + 1, sizeof(i32));
     S->umark = calloc(ns + 1, sizeof(i32));
     S->evicted_by_policy = calloc(ns + 1, 1);
-    int ok = S->defined && S->material && S->pinned && S->in_pool && S->ref_int && S->ref_ext &&
+    i32 max_out = 1;
+    for (i32 op = 0; op < P->n_ops; op++) if (P->op_n_out[op] > max_out) max_out = P->op_n_out[op];
+    S->op_rs = malloc(sizeof(i32) * (size_t)(max_out + 1));
+    S->op_dup = malloc((size_t)max_out + 1);
+    S->op_leaf = malloc((size_t)max_out + 1);
+    S->op_gone = malloc((size_t)max_out + 1);
+    int ok = S->op_rs && S->op_dup && S->op_leaf && S->op_gone && S->defined && S->material && S->pinned && S->in_pool && S->ref_int && S->ref_ext &&
              S->s_compute && S->last_access && S->s_live && S->pool_prev && S->pool_next && S->dfs && S->ecn &&
              S->mark && S->mark2 && S->umark && S->evicted_by_policy;
     if (ok && want_events) {
@@ -1603,20 +1655,26 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
     }
     for (i32 s = 0; s < ns; s++) { S->last_access[s] = LA_NONE; S->ecn[s] = ECN_UNMADE; }
     if (budget < 0) S->budget = INT64_MAX;
+    S->tick_every = S->tick_left = INT64_MAX;
     return 0;
 }
 
 static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bufs", "budget", "code", "floats", "eager", "regions", "eq", "history",
-                             "remat_limit", "seed", "counts", "events", "oom", "check", NULL};
-    PyObject *bufs, *code_obj, *floats_obj, *counts = Py_None;
-    long long budget, seed;
+                             "remat_limit", "seed", "counts", "events", "oom", "check", "progress",
+                             "progress_every", NULL};
+    PyObject *bufs, *code_obj, *floats_obj, *counts = Py_None, *progress = Py_None;
+    long long budget, seed, progress_every = 1 << 12;
     int eager, regions, eq, history, want_events = 0, want_oom = 0, check = 0;
     double remat_limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppdL|Oppp", kwlist, &bufs, &budget, &code_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppdL|OpppOL", kwlist, &bufs, &budget, &code_obj,
                                      &floats_obj, &eager, &regions, &eq, &history, &remat_limit, &seed,
-                                     &counts, &want_events, &want_oom, &check))
+                                     &counts, &want_events, &want_oom, &check, &progress, &progress_every))
         return NULL;
+    if (progress != Py_None && (!PyCallable_Check(progress) || progress_every < 1)) {
+        PyErr_SetString(PyExc_TypeError, "progress must be callable, progress_every at least 1");
+        return NULL;
+    }
     Prog P;
     memset(&P, 0, sizeof P);
     Py_buffer views[N_BUFS];
@@ -1656,11 +1714,17 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
                 seed, want_events, check, 1) < 0)
         goto fail_counts;
     if (ncounts) { S.cnt_policy = cviews[0].buf; S.cnt_eager = cviews[1].buf; S.cnt_remat = cviews[2].buf; }
+    if (progress != Py_None) {
+        S.progress = progress; /* borrowed: the call holds it */
+        S.tick_every = S.tick_left = progress_every;
+    }
 
     int outcome;
-    Py_BEGIN_ALLOW_THREADS
+    S.tstate = PyEval_SaveThread();
     outcome = run_schedule(&S);
-    Py_END_ALLOW_THREADS
+    PyEval_RestoreThread(S.tstate);
+    S.tstate = NULL;
+    PyObject *interrupt = S.interrupt ? S.interrupt : Py_NewRef(Py_None);
 
     PyObject *result = NULL;
     if (outcome == OUT_NOMEM) {
@@ -1684,7 +1748,9 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
                                    "region_updates", (long long)S.region_updates,
                                    "events", events, "oom", oom);
         else { Py_XDECREF(events); Py_XDECREF(oom); }
+        if (result && PyDict_SetItemString(result, "interrupt", interrupt) < 0) Py_CLEAR(result);
     }
+    Py_DECREF(interrupt);
     st_free(&S);
     for (int i = 0; i < ncounts; i++) PyBuffer_Release(&cviews[i]);
     if (have_code) { PyBuffer_Release(&code); PyBuffer_Release(&floats); }
@@ -2049,7 +2115,8 @@ static PyObject *enum_dict(const char *const *names, int n) {
 }
 
 PyMODINIT_FUNC PyInit__cengine(void) {
-    static const char *outcomes[] = {"ok", "oom", "remat_limit", "no_memory", "stale", "overflow"};
+    static const char *outcomes[] = {"ok", "oom", "remat_limit", "no_memory", "stale", "overflow", "pyerr",
+                                     "interrupted"};
     static const char *steps[] = {"compute", "get", "pin", "release"};
     const char *buffers[N_BUFS];
     for (int i = 0; i < N_BUFS; i++) buffers[i] = BUFS[i].name;
@@ -2064,7 +2131,7 @@ PyMODINIT_FUNC PyInit__cengine(void) {
     }
     if (PyModule_AddObject(m, "OPCODES", enum_dict(OPCODE_NAMES, N_OPCODES)) < 0 ||
         PyModule_AddObject(m, "FEATURES", enum_dict(FEATURE_NAMES, N_FEATURES)) < 0 ||
-        PyModule_AddObject(m, "OUTCOMES", enum_dict(outcomes, 6)) < 0 ||
+        PyModule_AddObject(m, "OUTCOMES", enum_dict(outcomes, 8)) < 0 ||
         PyModule_AddObject(m, "STEP_KINDS", enum_dict(steps, 4)) < 0 ||
         PyModule_AddObject(m, "BUFFERS", enum_dict(buffers, N_BUFS)) < 0 ||
         PyModule_AddObject(m, "EVENT_KINDS", enum_dict(EVENT_KIND_NAMES, N_EVENT_KINDS)) < 0 ||

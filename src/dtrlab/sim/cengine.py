@@ -14,16 +14,15 @@ from ..trace.lower import Program
 from . import formula as fm
 from . import instruments as ins
 from .policies import EQ_CLASS, HISTORY, NEIGHBORHOOD, Policy
+from .progress import PROGRESS_EVERY
 from .pyengine import OutOfMemory
-from .result import OK, OOM, REMAT_LIMIT
+from .result import INTERRUPTED, OK, OOM, REMAT_LIMIT
 from .runtimes import Runtime
 
 try:
     from . import _cengine
 except ImportError:  # pragma: no cover - depends on the build
     _cengine = None
-
-MAX_OUTPUTS = 64  # the compiled engine keeps an operator's outputs on the stack
 
 # The buffers _prepared hands over, by name (the C module lists the names it reads).
 _BUFFER_NAMES = ("op_cost", "op_size", "op_out_start", "op_n_out", "op_arg_ptr", "op_args", "t_op",
@@ -80,13 +79,30 @@ def _program_arrays(formula: fm.Formula):
 
 def compiled_policy(policy: Policy) -> bool:
     """Whether the compiled engine runs this policy: every formula (built-in or not), when it is built."""
-    return (_cengine is not None and policy.formula is not None
-            and (policy.formula.is_random or fm.postfix(policy.formula).depth <= _cengine.MAX_STACK))
+    return _policy_obstacle(policy) is None
 
 
-def supports(policy: Policy, runtime: Runtime, program: Program) -> bool:
-    return (compiled_policy(policy) and not runtime.banishing
-            and int(program.op_n_out.max(initial=0)) <= MAX_OUTPUTS)
+def _policy_obstacle(policy: Policy) -> str | None:
+    if _cengine is None:
+        return "the compiled engine is not built (python setup.py build_ext --inplace)"
+    if policy.formula is None:
+        return f"policy {policy.name} is a Python function, which only the Python engine runs"
+    if not policy.formula.is_random and fm.postfix(policy.formula).depth > _cengine.MAX_STACK:
+        return f"policy {policy.name}'s formula is deeper than the compiled engine's stack ({_cengine.MAX_STACK})"
+    return None
+
+
+def unsupported(policy: Policy, runtime: Runtime) -> str | None:
+    """Why the compiled engine cannot run this policy and runtime (None: it can, on any program)."""
+    if runtime.banishing:
+        return f"the {runtime.name} runtime runs on the Python engine only"
+    return _policy_obstacle(policy)
+
+
+def supports(policy: Policy, runtime: Runtime, program: Program | None = None) -> bool:
+    """Whether the compiled engine runs this policy and runtime: on every program, any operator's
+    width and any trace's length (`program` is kept for callers that pass it)."""
+    return unsupported(policy, runtime) is None
 
 
 def _adjacency(src: np.ndarray, dst: np.ndarray, birth: np.ndarray, n: int):
@@ -139,12 +155,13 @@ def _prepared(program: Program) -> dict:
     return prep
 
 
-_OUTCOMES = {0: OK, 1: OOM, 2: REMAT_LIMIT}
+_OUTCOMES = {0: OK, 1: OOM, 2: REMAT_LIMIT, 7: INTERRUPTED}
 
 
 def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, runtime: Runtime,
                  remat_limit_ns: float = math.inf, seed: int = 0, counts: bool = False,
-                 events: bool = False, oom: bool = False, engine_stats: bool = False, check: bool = False) -> dict:
+                 events: bool = False, oom: bool = False, engine_stats: bool = False, check: bool = False,
+                 progress=None, progress_every: int = PROGRESS_EVERY) -> dict:
     """One run on the compiled engine: the RunResult counters, plus when asked the per-storage
     counts (`storage_counts`: policy_evictions, eager_evictions, rematerializations), the event
     log (`events`, an instruments.EventLog) and, at an OOM, the snapshot (`oom`, an OomSnapshot).
@@ -152,7 +169,9 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     engine_stats adds `region_rebuilds` (e* regions traversed afresh) and `region_updates`
     (trusted reverse regions updated in place instead; see _cengine.c). check compares every
     trusted region with a fresh traversal after each step and raises AssertionError at the first
-    difference: slow, for tests. Raises ScoreOverflow when a score's integer leaves 128 bits."""
+    difference: slow, for tests. Raises ScoreOverflow when a score's integer leaves 128 bits.
+    progress: progress.py's callback; when it raises, the outcome is INTERRUPTED and `interrupt`
+    holds what it raised (the counters are the run's so far)."""
     code, floats = _program_arrays(policy.formula)
     arrays = None
     if counts:
@@ -160,10 +179,14 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     out = _cengine.run(_prepared(program), -1 if budget_bytes is None else int(budget_bytes), code, floats,
                        runtime.eager, runtime.optimized and NEIGHBORHOOD in policy.needs,
                        runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
-                       float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, events, oom, check)
+                       float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, events, oom, check,
+                       progress, int(progress_every))
     if out["outcome"] == _cengine.OUTCOMES["overflow"]:
         raise ScoreOverflow(f"policy {policy.name}: a score's integer left 128 bits")
     out["outcome"] = _OUTCOMES[out["outcome"]]
+    interrupt = out.pop("interrupt")
+    if out["outcome"] == INTERRUPTED:
+        out["interrupt"] = interrupt
     raw_events, raw_oom = out.pop("events"), out.pop("oom")
     work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates")}
     if engine_stats:
@@ -193,11 +216,13 @@ def _oom_snapshot(program: Program, budget_bytes: int, raw: dict) -> ins.OomSnap
 
 
 def run_observed(program: Program, budget_bytes: int | None, policy: Policy, runtime: Runtime,
-                 instruments: ins.Instruments, remat_limit_ns: float = math.inf, seed: int = 0) -> dict:
+                 instruments: ins.Instruments, remat_limit_ns: float = math.inf, seed: int = 0,
+                 progress=None, progress_every: int = PROGRESS_EVERY) -> dict:
     """run_compiled with what `instruments` asks for, as the counters plus `observations`."""
     want = instruments
     out = run_compiled(program, budget_bytes, policy, runtime, remat_limit_ns, seed, counts=want.per_storage,
-                       events=want.records_events, oom=want.oom_snapshot)
+                       events=want.records_events, oom=want.oom_snapshot, progress=progress,
+                       progress_every=progress_every)
     counts = out.pop("storage_counts", None)
     out["observations"] = ins.observations(want, counts and tuple(counts.values()), out.pop("events", None),
                                            out.pop("oom", None))

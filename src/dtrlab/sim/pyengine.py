@@ -80,6 +80,14 @@ class OutOfMemory(Exception):
     """The budget cannot be met: nothing evictable is left (a run's OOM)."""
 
 
+class Interrupted(Exception):
+    """The progress callback raised (Ctrl-C): the run ends where it is; `cause` is what it raised."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+
+
 class _RematLimit(Exception):
     pass
 
@@ -170,6 +178,12 @@ class Engine:
         self._steps: list = []
         self._avail: int | None = None  # a followed program's steps the source has reached (None: all)
         self.steps_done = 0
+        # progress: progress.py's call every `progress_every` units of work, at the compiled engine's
+        # points (after a schedule step, a computation, a policy eviction); None: never
+        self.progress = None
+        self.progress_every = 1
+        self._tick_left = 0
+        self._step_now = 0
         if program is not None:
             self._grow()
 
@@ -431,6 +445,18 @@ class Engine:
             if not self.pool:
                 raise OutOfMemory(need)
             self._evict(self._choose(), True)
+            if self.progress is not None:
+                self._tick()
+
+    def _tick(self) -> None:
+        self._tick_left -= 1
+        if self._tick_left <= 0:
+            self._tick_left = self.progress_every
+            try:
+                self.progress(self.clock, self.remat_ns, self.evictions, self.eager_evictions, self.ops_created,
+                              self._step_now)
+            except BaseException as exc:  # Ctrl-C among them: the run ends with its figures so far
+                raise Interrupted(exc) from exc
 
     # --- computing -----------------------------------------------------------------------
     def _create(self, op: int) -> list[int]:
@@ -554,6 +580,8 @@ class Engine:
             stack.pop()
             if self.remat_ns > self.remat_limit:
                 raise _RematLimit()
+            if self.progress is not None:
+                self._tick()
 
     def _enter(self, t: int, remat: bool) -> list:
         self._touch_parents(t)
@@ -621,9 +649,16 @@ class Engine:
 
     def run(self) -> str:
         kinds, targets = self.p.step_kind.tolist(), self.p.step_target.tolist()
+        self._tick_left = self.progress_every
         try:
-            for kind, x in zip(kinds, targets):
-                self._step(kind, x)
+            if self.progress is None:
+                for kind, x in zip(kinds, targets):
+                    self._step(kind, x)
+            else:
+                for k, (kind, x) in enumerate(zip(kinds, targets)):
+                    self._step_now = k
+                    self._step(kind, x)
+                    self._tick()
         except OutOfMemory:
             return OOM
         except _RematLimit:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 OK, OOM, REMAT_LIMIT, TIMEOUT = "ok", "oom", "remat_limit", "timeout"
+INTERRUPTED = "interrupted"  # ended early (Ctrl-C): a partial run, never stored as finished
 
 
 def run_overhead(outcome: str, clock_ns: int | None, compute_ns: int | None) -> float | None:
@@ -46,6 +47,9 @@ class RunResult:
     engine: str
     trace: str = ""
     observations: Any = field(default=None, compare=False, repr=False)
+    # Why the Python engine ran where the compiled one was not asked for ("" when the compiled one
+    # ran, or the Python one was asked for): said beside `engine` by the CLI's table and JSON.
+    engine_note: str = field(default="", compare=False, repr=False)
 
     @property
     def overhead(self) -> float | None:
@@ -58,5 +62,6 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("observations")
+        d.pop("engine_note")
         d["overhead"] = self.overhead
         return d

@@ -11,8 +11,9 @@ from ..trace.cache import STORED_BASELINE, remember_baseline
 from ..trace.lower import Program
 from ..trace.read import INT64_MAX
 from . import cengine, pyengine
+from .progress import PROGRESS_EVERY, RunInterrupted
 from .policies import DEFAULT_POLICY, EQ_CLASS, NEIGHBORHOOD, Policy, get_policy
-from .result import RunResult
+from .result import INTERRUPTED, RunResult
 from .runtimes import DEFAULT_RUNTIME, Runtime, get_runtime
 
 
@@ -99,12 +100,15 @@ def check_compatible(policy: Policy, runtime: Runtime) -> None:
 
 def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = DEFAULT_POLICY,
              runtime: str | Runtime = DEFAULT_RUNTIME, *, overhead_limit: float | None = None,
-             instruments=None, seed: int = 0, engine: str = "auto") -> RunResult:
+             instruments=None, seed: int = 0, engine: str = "auto", progress=None,
+             progress_every: int = PROGRESS_EVERY) -> RunResult:
     """Run DTR on `program` under `budget_bytes` (None: unbounded) and return what it cost.
 
     overhead_limit: stop with outcome remat_limit once recompute exceeds
     (overhead_limit - 1) x baseline compute. instruments: an Instruments to observe the run (on
     either engine: the compiled one whenever it runs the policy and runtime, as without them).
+    progress: a callback the engine calls every `progress_every` units of work (progress.py); when
+    it raises (Ctrl-C) the run ends and RunInterrupted carries its figures so far.
     """
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
@@ -118,34 +122,50 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
         remat_limit = base.compute_ns * (overhead_limit - 1)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
-    use_c = engine != "python" and cengine.supports(pol, rt, program)
-    if engine == "c" and not use_c:
-        raise UsageError("the compiled engine is not available for this run "
-                         "(not built, a policy written as a Python function, or the banishing runtime)")
+    note = cengine.unsupported(pol, rt) if engine != "python" else ""
+    if engine == "c" and note:
+        raise UsageError(f"the compiled engine is not available for this run: {note}")
+    use_c = engine != "python" and not note
     budget = math.inf if budget_bytes is None else budget_bytes
     counters = None
     if use_c:
         try:
             if instruments is None:
-                counters = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit, seed)
+                counters = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit, seed,
+                                                progress=progress, progress_every=progress_every)
             else:
-                counters = cengine.run_observed(program, budget_bytes, pol, rt, instruments, remat_limit, seed)
+                counters = cengine.run_observed(program, budget_bytes, pol, rt, instruments, remat_limit, seed,
+                                                progress=progress, progress_every=progress_every)
             name = "c"
         except cengine.ScoreOverflow as exc:
+            note = f"{exc}: the Python engine's exact integers ran it"
             if engine == "c":
                 raise UsageError(f"{exc}: the compiled engine cannot run it exactly; "
                                  "use --engine python (exact integers, slower)") from None
     if counters is None:  # the Python engine: exact integers of any size
         observer = instruments.observer(program) if instruments is not None else None
         eng = pyengine.Engine(program, budget, pol, rt, remat_limit, seed, observer)
-        outcome = eng.run()
+        eng.progress, eng.progress_every = progress, progress_every
+        interrupt = None
+        try:
+            outcome = eng.run()
+        except pyengine.Interrupted as exc:
+            outcome, interrupt = INTERRUPTED, exc.cause
+        except KeyboardInterrupt as exc:  # Ctrl-C between two progress calls
+            outcome, interrupt = INTERRUPTED, exc
         counters = dict(outcome=outcome, clock_ns=eng.clock, remat_ns=eng.remat_ns,
                         evictions=eng.evictions, eager_evictions=eng.eager_evictions,
                         distinct_evicted=len(eng.evicted_roots), peak_bytes=eng.peak,
                         score_evals=eng.score_evals)
         name = "python"
-        if observer is not None:
+        if interrupt is not None:
+            counters["interrupt"] = interrupt
+        elif observer is not None:
             counters["observations"] = observer.finish(eng, outcome)
-    return RunResult(baseline_compute_ns=base.compute_ns, baseline_peak_bytes=base.peak_bytes,
-                     budget_bytes=budget_bytes, policy=pol.name, runtime=rt.name, engine=name,
-                     trace=program.name, **counters)
+    interrupt = counters.pop("interrupt", None)
+    result = RunResult(baseline_compute_ns=base.compute_ns, baseline_peak_bytes=base.peak_bytes,
+                       budget_bytes=budget_bytes, policy=pol.name, runtime=rt.name, engine=name,
+                       trace=program.name, engine_note=note or "", **counters)
+    if result.outcome == INTERRUPTED:
+        raise RunInterrupted(result) from interrupt
+    return result
