@@ -10,11 +10,12 @@ import pytest
 
 import dtrlab
 from dtrlab.capture.peakgap import in_place, peak_gaps
-from dtrlab.sim.simulate import baseline, simulate
+from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate
 from dtrlab.trace import load, open_source
 from dtrlab.trace.read import Call, Constant, Memory, Mutate, read_trace
 
 SHIPPED = Path(dtrlab.__file__).parent / "data" / "traces"
+OWN = "dtrlab."  # the recorder's own operators' prefix (capture/naming.py: REBIND_OP, VIEW_OP; it needs torch)
 
 
 def test_shipped_traces_match_their_manifest():
@@ -28,11 +29,17 @@ def test_shipped_traces_match_their_manifest():
     for entry, program in zip(manifest["models"], programs):
         assert program.name == entry["model"]
         ins = read_trace(sources[program.name]).instructions
-        assert sum(isinstance(x, (Call, Mutate)) for x in ins) == entry["operators"], program.name
-        assert program.n_ops - int(program.op_constant.sum()) == entry["operators"], program.name
+        # The step's operators; the recorder's own CALLs (dtrlab.rebind, dtrlab.view: aliases at no
+        # cost) are not among them.
+        assert sum(isinstance(x, (Call, Mutate)) and not x.name.startswith(OWN) for x in ins) == entry["operators"]
+        assert sum(not c and not n.startswith(OWN) for c, n in zip(program.op_constant, program.op_names)) == \
+            entry["operators"], program.name
         assert baseline(program).peak_bytes == entry["simulated_peak_bytes"]
         assert entry["recorded_peak_bytes"] <= entry["simulated_peak_bytes"]
-        assert simulate(program, None).evictions == 0
+        # Ratio 1.0 is the unbounded peak: nothing is evicted there, as unbounded.
+        for budget in (None, budget_from_ratio(program, 1.0)):
+            result = simulate(program, budget)
+            assert (result.outcome, result.evictions) == ("ok", 0), (program.name, budget)
 
 
 def _manifest() -> dict:
@@ -49,10 +56,17 @@ def test_mutate_in_place_gives_the_recorders_peak():
         # The in-place peak is simulated here from the rewritten trace; the manifest's number is the recorder's.
         assert g.in_place_peak_bytes == manifest[name]["recorded_peak_bytes"], name
         assert g.simulated_peak_bytes == manifest[name]["simulated_peak_bytes"]
+    # Figures of the captures shipped on 2026-12-03 (python -m dtrlab.capture.ship, torch 2.13, CPU).
+    # The LSTM's gates are written in place through four views of one storage: the views moved to
+    # each new version (dtrlab.rebind), the copies add nothing at the peak (37.3% did before).
     lstm = gaps["lstm"]
-    assert (lstm.recorded_peak_bytes, lstm.simulated_peak_bytes) == (7_905_284, 10_854_404)
-    assert round(lstm.gap_percent) == 37
+    assert (lstm.recorded_peak_bytes, lstm.simulated_peak_bytes) == (7_905_284, 7_905_284)
     assert set(lstm.mutates) >= {"aten.sigmoid_.default", "aten.tanh_.default"}
+    # Batch norm writes its running statistics, constants: their owner keeps the originals (COPY)
+    # beside the written copies, which the unbounded run counts, as the engines and the live runtime do.
+    densenet = gaps["densenet"]
+    assert (densenet.recorded_peak_bytes, densenet.simulated_peak_bytes) == (64_136_568, 64_262_808)
+    assert densenet.mutates["aten.native_batch_norm.default"] == 120
 
 
 def test_in_place_rewrite_keeps_every_operator():

@@ -129,9 +129,10 @@ FULL = Plan(
 QUICK = Plan(
     name="quick",
     policies=("dtr", "msps", "lru"),
-    # The public traces' three smallest (unet, resnet32, inceptionv4); the public LSTM (8,063
-    # operators, 1-10 s a budget) is too slow for CI.
-    max_total_operators=4_000,
+    # The public traces' three smallest (unet, resnet32, inceptionv4: 3,215 operators; with the
+    # next, 6,140); the public LSTM (8,063 operators, 1-10 s a budget) is too slow for CI. The
+    # shipped captures' four smallest (4,357: the LSTM's 2,567 include its views' moves).
+    max_total_operators=4_500,
     coarse_ratios="0.1:1.0:0.1",
     windows={STUDY_TRACES["resnet32"]: "0.099:0.109:0.001"},
     refine_rounds=0,
