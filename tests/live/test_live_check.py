@@ -109,3 +109,29 @@ def test_the_measured_clock_says_decisions_are_not_compared(tmp_path, capsys):
     assert "step 1: decisions are not compared on the measured clock" in text and "differ" not in text
     code, out, _ = _cli([*argv, "--json"], capsys)
     assert json.loads(out)["same_decisions"] == [None]
+
+
+def test_same_decisions_compares_eager_evictions_and_the_peak_too():
+    """An out-of-memory stop once showed 63 eager evictions live against 62 simulated under a "same
+    decisions" verdict: the verdict compared only the outcome, the evictions, the
+    rematerializations and a finished run's clock. Now every figure of DECISION_FIGURES counts:
+    a real run and its simulation agree, and one figure changed is named."""
+    from dataclasses import replace
+
+    from dtrlab.capture.recorder import record
+    from dtrlab.live.runs import decision_differences, live_step, same_decisions, simulate_plan
+    from dtrlab.live.session import make_plan
+    from dtrlab.sim.simulate import baseline
+
+    namespace: dict = {}
+    exec(compile(SCRIPT, "bn_sgd.py", "exec"), namespace)
+    step = namespace["make"]()
+    step()
+    plan = make_plan(record(step).instructions)
+    budget = int(baseline(plan.program).peak_bytes * 0.5)
+    live = live_step(step, budget, "dtr", "logical", 0, "cpu", plan)
+    sim = simulate_plan(plan.program, budget, "dtr", 0)
+    assert live.evictions > 0 and same_decisions(live, sim)
+    for figure in ("eager_evictions", "peak_bytes", "clock_ns"):
+        other = replace(sim, **{figure: getattr(sim, figure) + 1})
+        assert decision_differences(live, other) == [figure] and not same_decisions(live, other)

@@ -74,6 +74,8 @@ def find_state(step: Callable) -> StepState:
             for x in obj.values():
                 visit(x, depth + 1)
         elif isinstance(obj, types.FunctionType):
+            if (obj.__module__ or "").split(".")[0] == "torch":
+                return  # PyTorch's own functions (a loss the step calls) hold no state of the step
             for cell in obj.__closure__ or ():
                 try:
                     visit(cell.cell_contents, depth + 1)

@@ -368,7 +368,11 @@ class LiveSession(TorchDispatchMode):
         if info.refused:
             raise UsageError(info.refused)
         if self._plan is not None:
-            result = self._planned(func, info, args, kwargs or {})
+            try:
+                result = self._planned(func, info, args, kwargs or {})
+            except PlanMismatch as exc:  # the step stops there: what unwinds runs plainly (_after_stop)
+                self._stopped = exc
+                raise
         else:
             with self.namer.lock, _disable_current_modes():
                 result = self._unplanned(func, args, kwargs or {})
