@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from dtrlab.live.check import bits, same_bits  # noqa: F401 (`run --check`'s, reused)
 from dtrlab.live.session import LiveSession
 
 
@@ -20,15 +21,6 @@ def deterministic_torch():
     yield
     torch.use_deterministic_algorithms(False)
     torch.set_num_threads(threads)
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes, so that equality is bitwise (NaN and -0.0 included)."""
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
 
 
 def random_evictions(seed: int, p: float):

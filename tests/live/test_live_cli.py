@@ -214,3 +214,25 @@ def test_the_budget_holds_in_the_cuda_allocator(capsys):
     assert live["peak_bytes"] <= got["budget_bytes"]  # the engine's count never passes it
     assert torch.cuda.max_memory_allocated() == live["cuda_peak_bytes"]
     assert live["cuda_peak_bytes"] <= got["budget_bytes"] + slack, (live, blocks)
+
+
+@pytest.mark.slow
+def test_the_readme_s_budget_example_is_below_the_step_s_peak():
+    """The README's `dtrlab run lstm ... --budget-bytes B` example budgets below the step's peak (it
+    was above: an unbounded run that evicts nothing)."""
+    import shlex
+    from pathlib import Path
+
+    from dtrlab.capture.commands import make_step
+    from dtrlab.sim.simulate import baseline
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("dtrlab run lstm") and "--budget-bytes" in x)
+    argv = shlex.split(line.split("#")[0])
+    sizes = [argv[k + 1] for k, a in enumerate(argv) if a == "--size"]
+    budget = int(argv[argv.index("--budget-bytes") + 1])
+    torch.manual_seed(0)
+    step, label, _ = make_step("lstm", None, None, "cpu", sizes)
+    step()
+    peak = baseline(to_program(record(step), label)).peak_bytes
+    assert budget < peak, (budget, peak)

@@ -58,6 +58,18 @@ REBIND_OP = "dtrlab.rebind"  # a tensor moved to the new version of the storage 
 VIEW_OP = "dtrlab.view"  # a tensor made outside the step on a storage a name already holds (not a CONSTANT)
 
 
+def replay_views(on: bool) -> bool:
+    """Turn autograd's view replay on or off for this thread; returns what it was. The recorder and
+    the live runtime both record and run a step with it on, so PyTorch treats the step's views
+    alike under both: a view of a tensor subclass (the live runtime's wrappers) always keeps a
+    function that replays its view operator, and after a write through the view autograd replays
+    it (on the base, for the view's new grad_fn; on the gradient, in the backward pass) where a
+    plain view gets as_strided. With replay on, a plain view does the same: one operator stream."""
+    was = torch._C._is_view_replay_enabled()
+    torch._C._set_view_replay_enabled(on)
+    return was
+
+
 def storage_of(t: torch.Tensor) -> tuple[int, int]:
     """(data pointer, nbytes) of a tensor's untyped storage; (0, 0) when it has none."""
     try:

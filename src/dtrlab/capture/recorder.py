@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..errors import UsageError
-from .naming import Namer, storage_of
+from .naming import Namer, replay_views, storage_of
 from .schema import written_tensors
 from ..trace.read import Call, Instruction, Mutate
 
@@ -69,10 +69,12 @@ class Recorder(TorchDispatchMode):
 
     def __enter__(self):
         self.namer.start()
+        self._replayed = replay_views(True)  # as the live runtime runs the step (naming.replay_views)
         return super().__enter__()
 
     def __exit__(self, *exc):
         result = super().__exit__(*exc)
+        replay_views(self._replayed)
         self.namer.stop()
         return result
 

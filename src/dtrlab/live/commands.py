@@ -50,6 +50,10 @@ def run(
     engine: EngineName = typer.Option(EngineName.auto, "--engine",
                                       help="The engine that decides: auto (the compiled one wherever it runs "
                                            "the policy), c or python (the decisions are the same)."),
+    check: bool = typer.Option(False, "--check",
+                               help="After each live step, run a plain step from the same state and compare "
+                                    "gradients, parameters, buffers and optimizer state bitwise."),
+    debug: bool = typer.Option(False, "--debug", help="Where the step differs from its plan, print the details."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run a real training step under a memory budget, evicting and rematerializing (DTR, live)."""
@@ -77,24 +81,59 @@ def run(
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
     step, label, _ = make_step(model, script, batch, device, size)
-    from .runs import run_live, same_decisions
+    from .mismatch import PlanMismatch
+    from .runs import run_live
 
-    report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
-                      steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text,
-                      engine=engine.value)
+    try:
+        report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
+                          steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text,
+                          engine=engine.value, check=check)
+    except PlanMismatch as exc:
+        if debug:
+            typer.echo(exc.details, err=True)
+        raise
     head = {"model": label, "device": device, "policy": policy, "clock": clock, "ratio": ratio,
             "engine": report.steps[0].engine, "threads": torch.get_num_threads(),
             "plan": plan or "captured", "budget_bytes": report.budget_bytes,
-            "plan_peak_bytes": report.plan_peak_bytes, "plain_wall_s": report.plain_wall_s}
+            "plan_peak_bytes": report.plan_peak_bytes, "plain_wall_s": report.plain_wall_s, "check": check}
     if as_json:
         out = {**head, "steps": [dict(r.to_dict(), wall_ratio=r.wall_s / report.plain_wall_s)
                                  for r in report.steps]}
         if report.sim is not None:
             out["simulated"] = report.sim.to_dict()
-            out["same_decisions"] = [same_decisions(r, report.sim) for r in report.steps]
+            # compared on the logical clock only: measured, each run costs its own time
+            out["same_decisions"] = [_verdict(r, report.sim, clock)[0] for r in report.steps]
         print_json(clean(out))
         return
     _print_table(head, report)
+
+
+def _verdict(run, sim, clock: str) -> tuple[bool | None, str]:
+    """(the same decisions?, a line saying what was compared): None on the measured clock."""
+    from .runs import DECISION_FIGURES, decision_differences
+
+    if clock != LIVE_CLOCKS[0]:
+        return None, (f"decisions are not compared on the {clock} clock: each run costs its own time, "
+                      "the simulation the plan's")
+    compared = "the outcome, every eviction in order, the rematerializations, the eager evictions, the peak " \
+               "and the final clock"
+    if run.outcome != "ok":
+        compared += " (all until the step stopped)"
+    differ = decision_differences(run, sim)
+    if not differ:
+        return True, f"the same decisions as the simulation: {compared}"
+    names = dict(zip(DECISION_FIGURES, ("outcome", "evictions", "rematerializations", "eager evictions",
+                                        "peak", "final clock")))
+    return False, (f"decisions differ from the simulation's in: {', '.join(names[f] for f in differ)} "
+                   "(docs/live.md, \"Decision parity\")")
+
+
+def _check_cell(r) -> str:
+    if r.check is None:
+        return "not run (out of memory)"
+    if r.check["equal"]:
+        return f"equal ({r.check['compared']:,} values)"
+    return f"{len(r.check['differing']):,} of {r.check['compared']:,} differ"
 
 
 def _print_table(head: dict, report) -> None:
@@ -102,7 +141,6 @@ def _print_table(head: dict, report) -> None:
 
     from ..cli import _bytes, _count, _ns
     from ..formats import overhead_text
-    from .runs import same_decisions
 
     ratio = f", ratio {head['ratio']:g} of the plan's peak" if head["ratio"] is not None else ""
     table = Table(title=f"{head['model']} on {head['device']}: {head['policy']}, {head['clock']} clock, "
@@ -135,6 +173,8 @@ def _print_table(head: dict, report) -> None:
         rows.append(("new bytes before room was made", [_bytes(r.early_bytes) for r in live], sim and ""))
     if any(r.unplanned_remats for r in live):
         rows.append(("replays outside the plan", [_count(r.unplanned_remats) for r in live], sim and ""))
+    if head["check"]:
+        rows.append(("check: a plain step, bitwise", [_check_cell(r) for r in live], sim and ""))
     for label, cells, sim_cell in rows:
         table.add_row(label, *cells, *([sim_cell] if sim is not None else []))
     out = console()
@@ -145,10 +185,19 @@ def _print_table(head: dict, report) -> None:
         if r.error:
             out.print(f"step {r.step}: {r.error}")
         if sim is not None:
-            verdict = ("the same decisions as the simulation: every eviction, every rematerialization, "
-                       "the final clock" if same_decisions(r, sim) else
-                       "decisions differ from the simulation's (docs/live.md, \"Decision parity\")")
-            out.print(f"step {r.step}: {verdict}")
+            out.print(f"step {r.step}: {_verdict(r, sim, head['clock'])[1]}")
+        if r.check is not None:
+            c = r.check
+            if c["compared"] == 0:
+                out.print(f"step {r.step}: --check found nothing to compare (the step's function reaches no "
+                          "module, optimizer or tensor)")
+            elif c["equal"]:
+                out.print(f"step {r.step}: --check: gradients, parameters, buffers and optimizer state "
+                          f"({c['compared']:,} values) bitwise equal to a plain step's from the same state")
+            else:
+                shown = ", ".join(c["differing"][:5]) + (" ..." if len(c["differing"]) > 5 else "")
+                out.print(f"step {r.step}: --check: {len(c['differing']):,} of {c['compared']:,} values differ "
+                          f"from a plain step's from the same state: {shown}")
 
 
 def register(app: typer.Typer) -> None:

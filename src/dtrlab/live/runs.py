@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 import torch
@@ -57,21 +57,25 @@ class Figures:
 @dataclass(frozen=True)
 class LiveRun(Figures):
     """One step under a LiveSession. error: the LiveBudgetError's line of an oom (the figures are
-    those of the step until then); wall_s: the step's wall time, pinning its outputs included;
+    those of the step until then); oom_at: where in the step it ran out (the user's line of code
+    and the part of the step: LiveBudgetError.where); wall_s: the step's wall time, pinning its outputs included;
     unplanned_remats: replays the plan does not have (values read outside an operator);
     early_bytes: the most bytes of new tensors that existed before room was made for them (the
     session's `early_bytes`: what the process may hold above the budget); engine: the one that
     decided ("c" or "python"); cuda_*: the CUDA
-    allocator's own figures (None on CPU)."""
+    allocator's own figures (None on CPU); check: the live step against a plain one from the same
+    state (`run --check`, live/check.py)."""
 
     step: int = 1
     engine: str = "python"
     error: str | None = None
+    oom_at: str | None = None
     wall_s: float = 0.0
     unplanned_remats: int = 0
     early_bytes: int = 0
     cuda_peak_bytes: int | None = None
     cuda_outside_bytes: int | None = None
+    check: dict | None = None  # --check: check.CheckResult.to_dict() (None: not asked, or out of memory)
 
 
 @dataclass(frozen=True)
@@ -81,11 +85,19 @@ class SimRun(Figures):
     runtime: str = DEFAULT_RUNTIME
 
 
+DECISION_FIGURES = ("outcome", "evicted", "remats", "eager_evictions", "peak_bytes", "clock_ns")
+
+
+def decision_differences(a: Figures, b: Figures) -> list[str]:
+    """The figures of DECISION_FIGURES in which two runs differ: the outcome, the storages evicted
+    in order, the rematerializations, the eager evictions, the peak and the final clock (of a run
+    that stopped, those until it stopped)."""
+    return [f for f in DECISION_FIGURES if getattr(a, f) != getattr(b, f)]
+
+
 def same_decisions(a: Figures, b: Figures) -> bool:
-    """The same outcome, the same storages evicted in the same order, the same rematerializations
-    and (for a run that finished) the same final clock."""
-    return (a.outcome == b.outcome and a.evicted == b.evicted and a.remats == b.remats
-            and (a.outcome != OK or a.clock_ns == b.clock_ns))
+    """The same figures of DECISION_FIGURES (decision_differences)."""
+    return not decision_differences(a, b)
 
 
 @dataclass(frozen=True)
@@ -139,13 +151,13 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
         outside = torch.cuda.memory_allocated()
     session = LiveSession(budget_bytes=budget_bytes, policy=policy, clock=clock, plan=plan, seed=seed,
                           engine=engine)
-    error = None
+    error = oom_at = None
     start = time.perf_counter()
     try:
         with session:
             step()
     except LiveBudgetError as exc:
-        error = str(exc)
+        error, oom_at = str(exc), exc.where or None
     _sync(device)
     wall_s = time.perf_counter() - start
     cuda_peak = None
@@ -157,7 +169,8 @@ def live_step(step: Callable[[], object], budget_bytes: float, policy: str, cloc
     return LiveRun(OK if error is None else OOM, int(budget_bytes), session.peak_bytes, session.evictions,
                    session.eager_evictions, session.replays, session.clock_ns, session.remat_ns,
                    overhead_of(OK if error is None else OOM, session.clock_ns, session.remat_ns),
-                   tuple(session.evicted), step=number, engine=session.engine_name, error=error, wall_s=wall_s,
+                   tuple(session.evicted), step=number, engine=session.engine_name, error=error, oom_at=oom_at,
+                   wall_s=wall_s,
                    unplanned_remats=session.unplanned_remats, early_bytes=session.early_bytes,
                    cuda_peak_bytes=cuda_peak,
                    cuda_outside_bytes=outside)
@@ -177,12 +190,32 @@ def simulate_plan(program, budget_bytes: int, policy: str, seed: int) -> SimRun:
                   runtime=result.runtime)
 
 
+def checked_live_step(step: Callable[[], object], state, *args, **kwargs) -> LiveRun:
+    """live_step, then (when it finished) a plain step from the state it started from, compared
+    bitwise (live/check.py); the state is then the plain step's."""
+    from . import check
+
+    _drop_grads(step)
+    before = check.snapshot(state)
+    run = live_step(step, *args, **kwargs)
+    result = None
+    if run.outcome == OK:
+        live = check.read(state)
+        check.restore(before)
+        step()
+        result = check.compare(live, check.read(state)).to_dict()
+    else:  # the step stopped: the next starts from the state this one started from
+        check.restore(before)
+    return replace(run, check=result)
+
+
 def run_live(step: Callable[[], object], label: str, *, ratio: float | None, budget_bytes: int | None,
              policy: str, clock: str, steps: int, device: str, seed: int, compare_sim: bool,
-             plan: TraceText | None = None, engine: str = "auto") -> RunReport:
+             plan: TraceText | None = None, engine: str = "auto", check: bool = False) -> RunReport:
     """A warm-up step, PLAIN_REPEATS timed plain steps (their median), the plan (a capture of the step,
     written and read back, unless one is given), then `steps` budgeted live steps following it, and
-    the plan's simulation. A ratio is of the plan's peak, as `dtrlab simulate` takes it."""
+    the plan's simulation. A ratio is of the plan's peak, as `dtrlab simulate` takes it. With
+    `check`, each live step is compared with a plain step from the same state (checked_live_step)."""
     from ..capture.recorder import record
     from ..capture.save import to_text
     from ..sim.simulate import baseline, budget_of
@@ -194,7 +227,14 @@ def run_live(step: Callable[[], object], label: str, *, ratio: float | None, bud
     followed = make_plan(plan)
     program = followed.program
     budget = budget_of(program, ratio, budget_bytes)
-    runs = tuple(live_step(step, budget, policy, clock, seed, device, followed, k + 1, engine)
-                 for k in range(steps))
+    if check:
+        from .check import find_state
+
+        state = find_state(step)
+        runs = tuple(checked_live_step(step, state, budget, policy, clock, seed, device, followed, k + 1, engine)
+                     for k in range(steps))
+    else:
+        runs = tuple(live_step(step, budget, policy, clock, seed, device, followed, k + 1, engine)
+                     for k in range(steps))
     sim = simulate_plan(program, budget, policy, seed) if compare_sim else None
     return RunReport(plain_wall_s, baseline(program).peak_bytes, budget, runs, sim)

@@ -32,13 +32,14 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import sys
 import weakref
 from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from ..capture.naming import REBIND_OP, VIEW_OP, Namer
+from ..capture.naming import REBIND_OP, VIEW_OP, Namer, replay_views
 from ..capture.schema import written_tensors
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, LIVE_CLOCKS
 from ..errors import DtrlabError, UsageError
@@ -49,7 +50,9 @@ from ..sim.runtimes import get_runtime
 from ..sim.simulate import ENGINES
 from ..trace.read import Alias, Annotate, Call, Constant, Copy, Instruction, Memory, Mutate, Release, TraceText
 from ..trace.lower import Lowering
+from .mismatch import PlanMismatch, brief, plan_mismatch
 from .plan import Group, Plan, make_plan
+from .where import user_frame
 from .recipes import (CALL, CONSTANT, MUTATE, REBIND, Recipe, Run, data_ptr, execute, flatten_call, on_bytes,
                       rng_state, unflatten_call, unflatten_out, window_of)
 
@@ -59,11 +62,12 @@ __all__ = ["LiveBudgetError", "LiveSession", "LiveTensor", "Plan", "PlanMismatch
 
 
 class LiveBudgetError(DtrlabError):
-    """The budget cannot be met: everything resident is pinned (constants) or locked (in use)."""
+    """The budget cannot be met: everything resident is pinned (constants) or locked (in use).
+    where: the user's line of code running then and the part of the step (where.Where.describe)."""
 
-
-class PlanMismatch(UsageError):
-    """The step made an instruction its plan does not have there (it is not the planned step)."""
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
 
 
 class _OpInfo(NamedTuple):
@@ -110,6 +114,33 @@ class LiveTensor(torch.Tensor):
         tid = self._session.tensor_id(self)
         state = "resident" if tid is not None and self._session.values[tid] is not None else "evicted"
         return f"LiveTensor(shape={tuple(self.shape)}, dtype={self.dtype}, tensor={tid}, {state})"
+
+    # PyTorch refuses these for every subclass (they read the bytes directly): a plain tensor's
+    # answer, from the value.
+    def tolist(self):
+        return self._session.value(self).tolist()
+
+    def numpy(self, *, force: bool = False):
+        return self._session.value(self).numpy(force=force)
+
+
+def pass_pytorch_s_type_checks(cls: type) -> None:
+    """Let `cls` pass the checks by which PyTorch chooses a kernel path from its tensors' types, as
+    plain tensors pass them, so a step takes the same path live as under its capture (which sees
+    plain tensors). PyTorch's foreach and fused kernels (gradient clipping, optimizers left to
+    choose) are taken only for the types in two lists of its own; its DTensor adds itself to both
+    the same way. Every other check it makes (device, dtype, layout, contiguity, subclass
+    predicates) reads the metadata a wrapper copies from its value
+    (tests/live/test_live_conformance.py compares each)."""
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    for types in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if cls not in types:
+            types.append(cls)
+
+
+pass_pytorch_s_type_checks(LiveTensor)
 
 
 class _Dispatch:
@@ -221,6 +252,9 @@ class LiveSession(TorchDispatchMode):
             self._ops = 0
         self.engine_name = "c" if isinstance(self.engine, cengine.Follower) else "python"
         self._dispatch: _Dispatch | None = None
+        self._stopped: BaseException | None = None  # the error that stopped the step (_guarded)
+        self._entered = None  # while the step runs: the frame that entered the session
+        self._finishing = False  # the step has returned: what it keeps is being made resident
         self._open = False
         self.finished = False
         self.replays = 0
@@ -296,6 +330,8 @@ class LiveSession(TorchDispatchMode):
         if self._open or self.finished:
             raise UsageError("a LiveSession runs one step: make a new one for the next")
         self._open = True
+        self._entered = sys._getframe(1)  # the frame of the `with`: the user's line is looked for below it
+        self._replayed = replay_views(True)  # as the recorder records the step (naming.replay_views)
         if self._plan is None:
             self.namer.start()
             self._sync_source()
@@ -308,9 +344,12 @@ class LiveSession(TorchDispatchMode):
         result = super().__exit__(exc_type, exc, tb)
         try:
             if exc_type is None:
+                self._finishing = True
                 with _disable_current_modes():
                     self._finish()
         finally:
+            self._entered = None
+            replay_views(self._replayed)
             self._open = False
             self.finished = True
             if self._plan is None:
@@ -323,11 +362,17 @@ class LiveSession(TorchDispatchMode):
         """One operator of the step (the mode's handler; PyTorch leaves the mode while it runs)."""
         if not self._open:
             return self._outside(func, args, kwargs)
+        if self._stopped is not None:
+            return self._after_stop(func, args, kwargs or {})
         info = _op_info(func)
         if info.refused:
             raise UsageError(info.refused)
         if self._plan is not None:
-            result = self._planned(func, info, args, kwargs or {})
+            try:
+                result = self._planned(func, info, args, kwargs or {})
+            except PlanMismatch as exc:  # the step stops there: what unwinds runs plainly (_after_stop)
+                self._stopped = exc
+                raise
         else:
             with self.namer.lock, _disable_current_modes():
                 result = self._unplanned(func, args, kwargs or {})
@@ -350,11 +395,38 @@ class LiveSession(TorchDispatchMode):
         return s.values[tid]
 
     def _guarded(self, work: Callable, *args) -> None:
-        """work(*args), an engine's call: its OutOfMemory is the session's LiveBudgetError."""
+        """work(*args), an engine's call: its OutOfMemory is the session's LiveBudgetError, saying
+        where in the step it happened. Any error stops the step (`_stopped`)."""
         try:
             work(*args)
         except OutOfMemory as exc:
-            raise LiveBudgetError(self._why_stuck(exc.args[0])) from None
+            if self._finishing:
+                at = "at the end of the step (making what it keeps resident, as a trace's final PINs)"
+            else:
+                where = user_frame(self._entered)
+                at = where.describe() if where is not None else ""
+            self._stopped = LiveBudgetError(f"out of memory {at}: " * bool(at) + self._why_stuck(exc.args[0]), at)
+            raise self._stopped from None
+        except BaseException as exc:
+            self._stopped = RuntimeError(f"the live step stopped at an error: {exc!r}")
+            raise
+
+    def _after_stop(self, func, args, kwargs):
+        """An operator after the step stopped (an exit or `finally` the error passes through: the
+        `record_function` block an optimizer's step opens, a user's own): it runs plainly on the
+        values its arguments have; one that needs an evicted value raises the stop's error again."""
+        flat, spec = flatten_call(args, kwargs)
+        values = []
+        for x in flat:
+            if isinstance(x, LiveTensor):
+                tid = x._session.tensor_id(x)
+                x = x._session.values[tid] if tid is not None else None
+                if x is None:
+                    raise self._stopped
+            values.append(x)
+        with _disable_current_modes():
+            a, k = unflatten_call(values, spec)
+            return func(*a, **k)
 
     # --- the executor (the engines call these) ------------------------------------------------
     def compute(self, op: int, tensors: list[int], remat: bool) -> int:
@@ -507,7 +579,7 @@ class LiveSession(TorchDispatchMode):
         if nbytes != c.size_bytes:
             mem = self._plan.instructions[c.index]
             raise self._mismatch(c.index, Memory(0, mem.name, nbytes),
-                                 "a parameter or input of another size: is the step made at the plan's sizes?")
+                                 "a parameter or input of another size: the step made at other sizes?")
         self._named += 1
         key = id(x)
         self._const_obj[key] = x
@@ -594,13 +666,8 @@ class LiveSession(TorchDispatchMode):
 
     def _mismatch(self, index: int | None, here, likely: str = "") -> PlanMismatch:
         """The first difference: at the plan's instruction `index` (None: after its last), with
-        its likely cause where there is one."""
-        cause = f" ({likely})" if likely else ""
-        if index is None:
-            return PlanMismatch(f"the step differs from its plan after the plan's last instruction "
-                                f"({len(self._plan.instructions)}): {here} here, where the plan has ended{cause}")
-        return PlanMismatch(f"the step differs from its plan at the plan's instruction {index + 1}: {here} here, "
-                            f"{self._plan.instructions[index]} in the plan{cause}")
+        its likely cause where there is one (mismatch.py words it)."""
+        return plan_mismatch(index, here, self._plan.instructions, likely, self._entered)
 
     def _finish_planned(self) -> list[tuple[torch.Tensor, int]]:
         plan = self._plan
@@ -608,7 +675,9 @@ class LiveSession(TorchDispatchMode):
         left += [g.index for g in plan.groups[self._group:self._group + 1]]
         if left:
             rest = plan.rest(min(left))
-            raise PlanMismatch(f"the step ended before its plan did: {rest[0]} and {len(rest) - 1} more "
+            raise PlanMismatch(f"the step ended before its plan did: {brief(rest[0])} and {len(rest) - 1:,} more "
+                               f"of the plan's operators are not run (the step ran fewer operators than its capture)",
+                               f"the step ended before its plan did: {rest[0]} and {len(rest) - 1} more "
                                f"instructions are not run")
         self._guarded(self.engine.step_to, len(plan.program.step_kind))
         return [(self._const_obj[key], tid) for key, tid in self._const_tid.items() if tid != self._const_first[key]]
