@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cases import computes, schedule, split_program, view_program
+from schedule_cases import computes, schedule, split_program, view_program
 from dtrlab.schedule import HEADER, ScheduleError, check_schedule
 
 

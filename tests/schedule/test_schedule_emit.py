@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cases import computes, schedule, synthetic_program, view_program
+from schedule_cases import computes, schedule, synthetic_program, view_program
 from conftest import have_compiled, needs_shared, public_program
 from dtrlab.schedule import ScheduleError, check_schedule
 from dtrlab.schedule.emit import simulate_schedule

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cases import schedule, view_program
+from schedule_cases import schedule, view_program
 from dtrlab.errors import UsageError
 from dtrlab.schedule import COMPUTE, FREE, Schedule, ScheduleFileError, read_schedule, write_schedule
 
