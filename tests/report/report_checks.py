@@ -46,3 +46,31 @@ def local_links(html: str) -> list[str]:
     """The report's links to files beside it (not to the web, not to its own anchors)."""
     links = [unescape(h) for h in re.findall(r'<a href="([^"]+)"', html)]
     return [h for h in links if not h.startswith(("http:", "https:", "#", "mailto:"))]
+
+
+def _chromium(tmp_path: Path, name: str) -> list[str]:
+    return [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / f'profile-{name}'}"]
+
+
+def check_layout(repro, tmp_path: Path, width: int) -> Path:
+    """report.html at `width` px: nothing past the page's right edge or out of its table cell, no
+    code (an option, a file name) broken over lines; the page report.html measures itself on load
+    (data-overflow, data-broken-code). Returns the screenshot, for a person to look at."""
+    page = (repro.out_dir / "report.html").resolve().as_uri()
+    shot = tmp_path / f"report-{width}.png"
+    size = f"--window-size={width},3000"
+    proc = subprocess.run(_chromium(tmp_path, f"shot-{width}") + [f"--screenshot={shot}", size, page],
+                          capture_output=True, text=True, timeout=120)
+    assert shot.is_file(), proc.stderr[-2000:]
+    check_png(shot)
+    dom = subprocess.run(_chromium(tmp_path, f"dom-{width}") + [size, "--dump-dom", page],
+                         capture_output=True, text=True, timeout=120).stdout
+    body = re.search(r"<body([^>]*)>", dom)
+    assert body is not None, dom[:500]
+    attrs = dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', body.group(1)))
+    assert attrs.get("data-figures", "").startswith("loaded:"), attrs
+    assert unescape(attrs.get("data-overflow", "?")) == "none", (width, unescape(attrs.get("data-overflow", "?")))
+    assert unescape(attrs.get("data-broken-code", "?")) == "none", (width, unescape(attrs.get("data-broken-code", "?")))
+    return shot

@@ -113,6 +113,7 @@ def test_d_two_pathologies_on_the_study_cases(claims_run):
     # The claims' windows hold only these kinds: every switch churns, the inversion is a frontier.
     assert all(k == CHURN for (t, _), k in cases.items() if t == "lstm")
     assert d.verdict == SUPPORTED, d.measured
-    counts = d.evidence["counts"]
+    # The census of every switch and inversion is a finding beside the claim, not its verdict.
+    counts = {b.key: b for b in claims_run.beside}["d"].evidence["counts"]
     assert sum(counts["lstm"].values()) == len([s for s in claims_run.mechanisms if s.trace == "lstm"])
     assert "Mechanisms of every switch and inversion" in (claims_run.out_dir / "summary.md").read_text()

@@ -1,5 +1,6 @@
-"""One refinement loop: `dtrlab sweep --refine` and `dtrlab reproduce` store the same runs for the same
-curve, and both store what rounds of refine_specs + run_sweep, written out here by hand, store."""
+"""One refinement loop: `dtrlab sweep --refine` stores what rounds of refine_specs + run_sweep, written
+out here by hand, store; `dtrlab reproduce` runs the same loop down to the fine grid, and a report names
+no switch or inversion across budgets it did not run (report.refine)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 import dtrlab
+from dtrlab.analysis.regimes import switches
+from dtrlab.report.claims import REPRODUCED
 from dtrlab.report.pipeline import STORE_NAME, reproduce
-from dtrlab.report.plan import COARSE_RATIOS, FULL, OVERHEAD_CAP, REFINE_POINTS, RUNTIME, SEED, SWITCH_FACTOR
-from dtrlab.sweep.grid import build_specs, parse_ratios
+from dtrlab.report.plan import (CLAIMS, COARSE_RATIOS, FINE_STEP, FULL, OVERHEAD_CAP, REFINE_POINTS, RUNTIME, SEED,
+                                SUBJECT_POLICY, SWITCH_FACTOR, fine_neighbours)
+from dtrlab.report.study import STUDY_TRACES
+from dtrlab.sweep.grid import build_specs, parse_ratios, ratio_literal
 from dtrlab.sweep.run import refine_specs, run_sweep
 from dtrlab.sweep.store import Store
 from dtrlab.trace import load
+
+from conftest import TRACES, golden, needs_compiled, needs_shared
 
 TINY = Path(dtrlab.__file__).parent / "data" / "examples" / "tiny.jsonl"
 ROUNDS = 2
@@ -44,7 +53,23 @@ def _by_hand(path: Path) -> dict[str, tuple]:
     return _stored(path)
 
 
-def test_sweep_refine_and_reproduce_store_the_same_runs(tmp_path):
+def check_refined(runs) -> None:
+    """What a report may say of a curve: two neighbours that differ (outcome, or overhead by more than
+    the switch factor) are neighbouring fine budgets, and every fine budget inside an inversion was run."""
+    runs = sorted((r for r in runs if r.ratio is not None), key=lambda r: r.ratio)
+    for a, b in zip(runs, runs[1:]):
+        differ = a.outcome != b.outcome or bool(a.feasible and b.feasible and switches([a, b], SWITCH_FACTOR))
+        assert not differ or fine_neighbours(a.ratio, b.ratio), (a.ratio, a.outcome, a.overhead, b.ratio, b.outcome,
+                                                                 b.overhead)
+    seen = {ratio_literal(r.ratio) for r in runs}
+    feasible = [r.ratio for r in runs if r.feasible]
+    for r in runs:
+        if r.infeasible and feasible and min(feasible) < r.ratio < max(feasible):  # inside an inversion
+            for side in (ratio_literal(r.ratio) - FINE_STEP, ratio_literal(r.ratio) + FINE_STEP):
+                assert side in seen, (r.ratio, side)
+
+
+def test_sweep_refine_and_reproduce_share_one_loop(tmp_path):
     expected = _by_hand(tmp_path / "hand.duckdb")
     coarse = len(parse_ratios(COARSE_RATIOS))
     assert len(expected) > coarse, "tiny's dtr curve must call for refinement, or this test proves nothing"
@@ -58,10 +83,34 @@ def test_sweep_refine_and_reproduce_store_the_same_runs(tmp_path):
     assert _stored(tmp_path / "cli.duckdb") == expected
     assert "refinement round 1:" in proc.stderr
 
-    plan = replace(FULL, policies=("dtr",), windows={}, refine_skip=(), refine_rounds=ROUNDS, live=False)
-    reproduce(str(TINY), tmp_path / "report", plan=plan, workers=1, progress=False)
+    plan = replace(FULL, policies=("dtr",), windows={}, live=False)
+    repro = reproduce(str(TINY), tmp_path / "report", plan=plan, workers=1, progress=False)
     stored = _stored(tmp_path / "report" / STORE_NAME)
-    # The report adds ablation runs (ab-* policies) after the scans; its dtr curve is the sweep's.
+    # The report adds ablation runs (ab-* policies) after the scans; its dtr curve holds the sweep's runs
+    # (the same rounds of refine_specs) and goes on down to the fine grid.
     with Store(tmp_path / "report" / STORE_NAME, read_only=True) as store:
         dtr = set(store.rows().query("policy == 'dtr'")["key"])
-    assert {k: stored[k] for k in dtr} == expected
+    assert set(expected) <= dtr and all(stored[k] == expected[k] for k in expected)
+    check_refined(repro.curves[("tiny", SUBJECT_POLICY)].runs)
+
+
+@pytest.mark.slow
+@needs_shared
+@needs_compiled
+def test_an_inversion_across_unrun_budgets_is_scanned_before_it_is_reported(tmp_path):
+    # Three budgets of the public ResNet-32: feasible, out of memory, feasible. The report must not
+    # name the inversion 0.101 / 0.104 / 0.108: it runs every fine budget inside it and finds the
+    # study's (tests/goldens.json), which then reproduces claim (b1).
+    want = golden("study_resnet32_inversion")
+    resnet = STUDY_TRACES["resnet32"]
+    plan = replace(CLAIMS, traces=(resnet,), windows={resnet: "0.101,0.104,0.108"})
+    repro = reproduce(str(TRACES), tmp_path / "report", plan=plan, workers=2, progress=False)
+    curve = repro.curves[("resnet32", SUBJECT_POLICY)]
+    check_refined(curve.runs)
+    (inv,) = curve.inversions
+    assert inv.last_feasible.ratio == want["last_feasible_ratio"]
+    assert [r.ratio for r in inv.infeasible] == want["infeasible_ratios"]
+    assert inv.next_feasible.ratio == want["next_feasible_ratio"]
+    assert {c.key: c.verdict for c in repro.claims}["b1"] == REPRODUCED
+    # Only the runs it needed: the three given and the five inside the inversion's stretch left to scan.
+    assert sorted(r.ratio for r in curve.runs) == [0.101, 0.102, 0.103, 0.104, 0.105, 0.106, 0.107, 0.108]

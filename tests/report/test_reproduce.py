@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -178,6 +179,8 @@ def test_cli_rerun_simulates_nothing_and_writes_the_same_bytes(shipped, tmp_path
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = " ".join(proc.stdout.split())
     assert "claims of the study" in text
+    n = len(shipped.claims)
+    assert f"{n} of {n}" not in text and f"none of the {n} applies to these traces" in text
     assert f"0 new runs: every one of the {len(shipped.frame):,} runs was in the store" in text
     assert str(out / "report.html") in proc.stdout.replace("\n", "")
     after = _report_files(out)
@@ -349,3 +352,111 @@ def test_the_same_figure_gives_the_same_bytes(shipped, tmp_path):
     assert png_a.read_bytes() == png_b.read_bytes()
     assert svg_a.read_bytes() == svg_b.read_bytes()
     assert b"dc:date" not in svg_a.read_bytes()
+
+
+# --- what the report may say: runs that were made, in words a newcomer can read --------------
+
+
+def test_every_subject_curve_is_refined_before_it_is_reported(shipped):
+    from test_refine import check_refined
+
+    refined = [c for (t, p), c in shipped.curves.items() if p == SUBJECT_POLICY]
+    assert refined
+    for curve in refined:
+        check_refined(curve.runs)
+
+
+@needs_shared
+def test_public_quick_curves_are_refined_and_the_left_out_lstm_is_named(public):
+    from test_refine import check_refined
+
+    for (t, p), curve in public.curves.items():
+        if p == SUBJECT_POLICY:
+            check_refined(curve.runs)
+    # The quick plan leaves the study's LSTM out: the claims say so, not that the source has none.
+    a1 = _claims(public)["a1"]
+    assert "the quick plan leaves out the study's lstm that this source holds" in a1.verdict, a1.verdict
+    assert "(run without --quick)" in a1.verdict
+
+
+@needs_shared
+def test_a_simrd_zip_quick_names_the_lstm_it_leaves_out(tmp_path):
+    from conftest import SIMRD_ZIP, require
+
+    require("needs_simrd_zip")
+    # The smallest trace alone: what is checked is how the claims speak of the rest.
+    repro = reproduce(str(SIMRD_ZIP), tmp_path / "report", plan=replace(QUICK, max_total_operators=1, live=False),
+                      workers=1, progress=False)
+    claims = _claims(repro)
+    assert "lstm" in {t["name"] for t in repro.left_out}
+    for key in ("a1", "a2", "a3", "c"):
+        assert "leaves out the study's lstm that this source holds" in claims[key].verdict, claims[key].verdict
+        assert "no lstm trace in this run" not in claims[key].verdict
+
+
+def test_the_glossary_defines_each_term_before_its_first_use(shipped):
+    from dtrlab.report.html import GLOSSARY
+
+    html = (shipped.out_dir / "report.html").read_text()
+    text = re.sub(r"<style>.*?</style>|<script>.*?</script>", "", html, flags=re.S)
+    for term, anchor, _ in GLOSSARY:
+        definition = text.index(f'<dfn id="{anchor}">{escape(term)}</dfn>')
+        words = re.sub(r"<[^>]+>", " ", text[:definition])
+        assert not re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", words), term
+    summary = (shipped.out_dir / "summary.md").read_text()
+    for term, _, _ in GLOSSARY:
+        assert f"- `{term}`: " in summary
+        assert summary.index(f"- `{term}`: ") < summary.index("## Claims of the study")
+
+
+def test_oom_figures_are_in_bytes(shipped):
+    html = (shipped.out_dir / "report.html").read_text()
+    rows = [r for r in re.findall(r"<tr>(.*?)</tr>", html, re.S) if "frames (" in r]
+    first = {}  # the inversions table explains each inversion by its first explained OOM
+    for case in shipped.ooms:
+        first.setdefault((case.trace, case.policy, case.inversion), case)
+    assert first, "the shipped traces have OOMs to explain, or this test proves nothing"
+    for case in first.values():
+        r = case.report
+        line = f"locked {r.locked_bytes:,} B, pinned {r.pinned_bytes:,} B, need {r.need_bytes:,} B, budget {r.budget_bytes:,} B"
+        assert any(line in unescape(row) for row in rows), line
+    assert " MiB" not in "".join(rows)
+
+
+def test_legends_cover_no_data_and_white_cells_are_explained(shipped, monkeypatch, tmp_path):
+    from dtrlab.report import write
+
+    seen = {}
+    save = plots.save
+
+    def check_then_save(fig, folder, name):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        data = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            for ax in data:
+                assert not box.overlaps(ax.get_window_extent(renderer)), (name, ax.get_title())
+        seen[name] = [t.get_text() for legend in legends for t in legend.get_texts()]
+        return save(fig, folder, name)
+
+    monkeypatch.setattr(plots, "save", check_then_save)
+    write._figures(replace(shipped, out_dir=tmp_path))
+    assert "feasibility-fine" in seen and "memory-near-oom" in seen
+    assert any(t.startswith("white:\nnot run") for t in seen["feasibility-fine"]), seen["feasibility-fine"]
+    assert any(t.startswith("budget (") and t.endswith(" B)") for t in seen["memory-near-oom"])
+    if "ablation-heatmap" in seen:
+        assert any(t.startswith("white, x hatch") for t in seen["ablation-heatmap"])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)")
+@pytest.mark.parametrize("width", [1024, 1600])
+def test_report_layout_in_headless_chromium(shipped, tmp_path, width):
+    from report_checks import check_layout
+
+    shot = check_layout(shipped, tmp_path, width)
+    keep = Path(os.environ.get("DTRLAB_SCREENSHOTS", ""))  # a folder to keep them in, for a person to look at
+    if keep.name:
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, keep / shot.name)

@@ -176,8 +176,9 @@ def figure(frame, names: Mapping[str, str] | None = None):
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(traces):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
+    # One legend for every panel, right of them all: over a panel it would hide its curves.
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 

@@ -11,9 +11,10 @@ from ..formats import overhead_text
 from .findings import inversion_text
 from .plan import SUBJECT_POLICY
 from .study import STUDY_TRACES
+from .tables import fmt_bytes
 
 REPRODUCED, DIFFERS, NOT_APPLICABLE = "reproduced", "differs", "not applicable to these traces"
-SUPPORTED, MIXED = "supported", "mixed"  # a hypothesis the runs bear out, or only in part
+SUPPORTED = "supported"  # a hypothesis the runs bear out
 DEMONSTRATED, HYPOTHESIS = "demonstrated", "hypothesis"
 
 
@@ -47,6 +48,11 @@ def _study_trace(repro, name: str) -> tuple[dict | None, str | None]:
     info = next((t for t in repro.traces if t["sha256"] == STUDY_TRACES[name]), None)
     if info is not None:
         return info, None
+    skipped = next((t for t in repro.left_out if t["sha256"] == STUDY_TRACES[name]), None)
+    if skipped is not None:
+        how = " (run without --quick)" if repro.plan.name == "quick" else ""
+        return None, (f"{NOT_APPLICABLE}: the {repro.plan.name} plan leaves out the study's {name} that this source "
+                      f"holds ({skipped['name']}, {skipped['operators']:,} operators){how}")
     if any(t["name"] == name for t in repro.traces):
         return None, (f"{NOT_APPLICABLE}: this {name} is another trace than the study's "
                       f"(public DTR {name}, sha256 {STUDY_TRACES[name][:12]})")
@@ -84,8 +90,14 @@ def _lstm(repro) -> list[Claim]:
         # a1 is "up to": the largest factor, the first pair; a2 and a3 on the pair that shows them, if one does.
         chosen = pcs[0] if key == "a1" else next((pc for pc in pcs if holds(pc)), pcs[0])
         measured = "; ".join(f"{words(pc)} on {sp.label(pc.switch)}" for pc in [chosen] + [p for p in pcs if p is not chosen])
-        measured += f" (the pairs: {sp.rule})" if key == "a1" else ""
-        evidence = chosen.to_dict() | {"pair": sp.label(chosen.switch), "pairs": sp.labels, "rule": sp.rule}
+        if key == "a1":
+            measured += (f". The fast run: {sp.trace} at {sp.fast.ratio:g}, chosen as {sp.rule}; its switch is "
+                         + (f"the largest of the fine window {sp.window_label}" if not sp.larger else
+                            f"not the largest of the fine window {sp.window_label}: {len(sp.larger)} "
+                            f"larger (listed beside the claims)"))
+        evidence = chosen.to_dict() | {"pair": sp.label(chosen.switch), "pairs": sp.labels, "rule": sp.rule,
+                                       "fast_ratio": sp.fast.ratio, "largest_in_window": not sp.larger,
+                                       "larger": [sp.label(s) for s in sp.larger]}
         out.append(Claim(key, "lstm", statement, measured, why or (REPRODUCED if holds(chosen) else DIFFERS),
                          DEMONSTRATED, evidence))
     return out
@@ -115,9 +127,9 @@ def _resnet(repro) -> list[Claim]:
         r = deepest.report
         measured_b2 = (f"{len(held)} of {len(cases)} OOM budgets: evictable pool empty and pinned + locked + "
                        f"next compute exceed the budget; at {deepest.ratio:g}: {len(r.frames)} frames deep "
-                       f"({sum(f.remat for f in r.frames)} rematerializations), locked {r.locked_bytes / 2**20:,.1f} MiB "
-                       f"+ pinned {r.pinned_bytes / 2**20:,.1f} MiB + need {r.need_bytes / 2**20:,.1f} MiB > "
-                       f"budget {r.budget_bytes / 2**20:,.1f} MiB")
+                       f"({sum(f.remat for f in r.frames)} rematerializations), locked {fmt_bytes(r.locked_bytes)} "
+                       f"+ pinned {fmt_bytes(r.pinned_bytes)} + need {fmt_bytes(r.need_bytes)} > "
+                       f"budget {fmt_bytes(r.budget_bytes)}")
         ok_b2 = len(held) == len(cases) and all(sum(f.remat for f in c.report.frames) > 0 for c in cases)
         evidence_b2 = {"explained": len(cases), "frontier_exceeds_budget": len(held),
                        "deepest": r.to_dict() | {"frames": len(r.frames), "holders": len(r.holders)}}
@@ -159,10 +171,10 @@ def _resnet_inversion(repro, name: str):
 
 
 def _two_pathologies(repro) -> list[Claim]:
-    """(d) on every switch and inversion of the study's traces (report.mechanisms), decided by the
-    study's two cases: the LSTM pairs must be churn, the ResNet-32 inversion frontier."""
-    from ..analysis.mechanism import BOTH, CHURN, FRONTIER, INVERSION, NEITHER, SWITCH
-    from .mechanisms import mechanism_counts
+    """(d) on the study's two cases (report.mechanisms' measures): supported when the LSTM pairs are
+    churn and the ResNet-32 inversion a frontier, two different kinds; every other instability is a
+    finding beside it."""
+    from ..analysis.mechanism import CHURN, FRONTIER, INVERSION, SWITCH
 
     statement = ("The LSTM switch and the ResNet-32 inversion are at least two distinct budget-sensitive "
                  "pathologies (eviction churn, an exhausted pinned frontier) rather than one mechanism")
@@ -183,19 +195,65 @@ def _two_pathologies(repro) -> list[Claim]:
     cases = [s for s in lstm + [resnet] if s is not None]
     if len(cases) != len(lstm) + 1:
         return [Claim("d", "lstm, resnet32", statement, "a case of the study was not measured", DIFFERS, HYPOTHESIS, {})]
-    counts = mechanism_counts(repro)
-    study = {t["name"]: counts[t["name"]] for t, _ in infos}
     distinct = all(s.mechanism == CHURN for s in lstm) and resnet.mechanism == FRONTIER
-    others = sum(row[BOTH] + row[NEITHER] for row in study.values())
     case_words = "; ".join(f"{s.trace} {s.kind} {s.label}: {s.mechanism} (churn rate {s.churn_rate:.2f}, "
                            f"Jaccard {s.jaccard:.3f}, pool {'empty' if s.unstable.pool_empty else 'never empty'}"
                            + (f", {s.unstable.depth} frames deep" if s.unstable.depth is not None else "") + ")"
                            for s in cases)
-    count_words = "; ".join(f"{t}: " + ", ".join(f"{row[k]} {k}" for k in row) for t, row in study.items())
-    measured = f"the study's cases: {case_words}. Every switch and inversion of {SUBJECT_POLICY}: {count_words}"
-    verdict = (SUPPORTED if others == 0 else MIXED) if distinct else DIFFERS
+    kinds = "two different kinds" if distinct else "not churn and frontier"
+    measured = (f"the study's cases: {case_words}: {kinds}. The census of every other switch and inversion "
+                "is listed beside the claims")
+    # The claim is about the study's two cases; the other instabilities of these traces are a
+    # finding beside it (_census), not part of its verdict.
+    verdict = SUPPORTED if distinct else DIFFERS
     return [Claim("d", "lstm, resnet32", statement, measured, verdict, HYPOTHESIS,
-                  {"cases": [s.to_dict() for s in cases], "counts": study})]
+                  {"cases": [s.to_dict() for s in cases]})]
+
+
+@dataclass(frozen=True)
+class Beside:
+    """A finding of the runs beside a claim (what the study does not mention): listed next to the
+    claims, never part of a verdict. `key` names the claim it stands beside."""
+
+    key: str
+    trace: str
+    text: str
+    evidence: dict
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _larger_switches(repro) -> list[Beside]:
+    """The switches of the study's LSTM window larger than the pairs' (the rule does not choose by size)."""
+    sp = repro.study_pair
+    info, why = _study_trace(repro, "lstm")
+    if why or sp is None or not sp.larger:
+        return []
+    words = ", ".join(f"{sp.label(s)} ({s.factor:.2f}x)" for s in sp.larger)
+    text = (f"the fine window {sp.window_label} holds {len(sp.larger)} switch{'es' if len(sp.larger) > 1 else ''} "
+            f"larger than the study's pair {sp.label(sp.largest)} ({sp.largest.factor:.2f}x), which the study does "
+            f"not mention: {words} (fast/slow)")
+    return [Beside("a1", sp.trace, text, {"larger": [s.to_dict() for s in sp.larger]})]
+
+
+def _census(repro) -> list[Beside]:
+    """Every switch and inversion of the subject policy on the study's two traces, by mechanism."""
+    from .mechanisms import mechanism_counts
+
+    infos = [_study_trace(repro, n) for n in ("lstm", "resnet32")]
+    if any(why for _, why in infos) or not repro.mechanisms:
+        return []
+    counts = mechanism_counts(repro)
+    study = {info["name"]: counts[info["name"]] for info, _ in infos}
+    words = "; ".join(f"{t}: " + ", ".join(f"{row[k]} {k}" for k in row) for t, row in study.items())
+    return [Beside("d", "lstm, resnet32", f"every switch and inversion of {SUBJECT_POLICY} on the study's traces "
+                   f"by mechanism: {words}", {"counts": study})]
+
+
+def beside_claims(repro) -> list[Beside]:
+    """The findings beside the claims, in the claims' order."""
+    return _larger_switches(repro) + _census(repro)
 
 
 def study_missing(claims) -> bool:

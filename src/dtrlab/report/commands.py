@@ -25,8 +25,8 @@ def _claims(repro) -> Table | str:
     from .claims import NOT_APPLICABLE
 
     if all(c.verdict.startswith(NOT_APPLICABLE) for c in repro.claims):
-        return (f"claims of the study: {len(repro.claims)} of {len(repro.claims)} {NOT_APPLICABLE} "
-                "(they are about the public DTR traces; the report lists each)")
+        return (f"claims of the study: none of the {len(repro.claims)} applies to these traces "
+                "(they are about the public DTR traces; the report says why for each)")
     table = Table(title="claims of the study", title_justify="left", show_lines=True)
     table.add_column("claim", max_width=48)
     table.add_column("kind")
@@ -69,6 +69,8 @@ def reproduce_cmd(
                       progress=err.is_terminal, policies=extra)
     out_console = console()
     out_console.print(_claims(repro))
+    for b in repro.beside:
+        out_console.print(f"beside claim ({b.key}), {b.trace}: {b.text}", markup=False)
     out_console.print("[bold]found on these traces[/bold]")
     for f in found_on(repro.curves, repro.traces, SUBJECT_POLICY):
         out_console.print(f"  {found_line(f)}", markup=False)

@@ -17,8 +17,23 @@ from .mechanisms import section as mechanisms_section
 from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
 from .leaderboard import context as leaderboard_context
 from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
-from .study import FETCH_AND_REPRODUCE
+from .study import FETCH_AND_REPRODUCE, SHIPPED
 from .tables import curve_rows, inversion_rows
+
+
+# The report's terms that a reader of the study may not know, defined in the first screen, before
+# any of them is used: (term, anchor id, definition).
+GLOSSARY = (
+    ("e*", "g-estar", "the DTR score's cost term: the compute time to rematerialize a tensor plus that of the "
+     "evicted tensors around it that would have to be recomputed with it (its evicted neighbourhood); the score "
+     "divides it by the tensor's size and staleness, and the policy evicts the lowest score"),
+    ("pinned", "g-pinned", "resident bytes the runtime never evicts: constants (parameters, inputs) and outputs "
+     "the step must keep"),
+    ("locked", "g-locked", "resident bytes that are inputs of a (re)computation pending on the stack: they "
+     "cannot be evicted until it has run"),
+    ("remat_limit", "g-remat-limit", "the outcome of a run stopped once its overhead passes the cap: it is "
+     "counted as infeasible, like oom (out of memory)"),
+)
 
 
 def _env(autoescape: bool) -> jinja2.Environment:
@@ -52,6 +67,7 @@ def _context(repro, figures: dict) -> dict:
         "figures": figures, "runs": len(repro.frame), "mech": mechanisms_section(repro),
         "leaderboard": leaderboard_context(repro.leaderboard),
         "overhead": overhead_text,
+        "glossary": GLOSSARY, "source_is_path": repro.source != SHIPPED,
     }
 
 

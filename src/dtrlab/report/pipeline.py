@@ -30,7 +30,7 @@ from ..sim.policies import ablation_policies
 from ..sim.result import OOM
 from ..sim.simulate import baseline, simulate
 from ..sweep.grid import RunSpec, build_specs, ratio_literal
-from ..sweep.run import SweepSummary, refine_rounds, run_sweep
+from ..sweep.run import SweepSummary, run_sweep
 from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
@@ -38,14 +38,14 @@ from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_p
 from .leaderboard import Leaderboard
 from .mechanisms import mechanisms_of
 from .memo import memo
-from .plan import FINE_STEP, FULL, QUICK, REFINE_POINTS, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
-from .study import STUDY_TRACES
+from .refine import refine_to_fine
+from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+from .study import SHIPPED, STUDY_TRACES
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 STORE_NAME = "dtrlab-results.duckdb"
-SHIPPED = "the traces shipped with dtrlab"
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,14 @@ class Reproduction:
     study_pair: StudyPair | None = None  # the study's LSTM pairs (a1-a3, c), when the study's LSTM is here
     mechanisms: tuple = ()  # analysis.mechanism.Signature of every switch and inversion of the subject policy
     claims: tuple = ()
+    beside: tuple = ()  # report.claims.Beside: findings beside the claims, never their verdicts
     leaderboard: Leaderboard | None = None  # the policies ranked (report.leaderboard); None: the plan ranks none
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     new_runs: int = 0  # simulated by this call; the rest were in the store
     peaks: tuple[PeakGap, ...] = ()  # traces that carry a recorder peak (captures): the three peaks
     timelines: object = None  # report.timelines.Timelines: files written next to report.html, switch series
     live: object = None  # report.live.LiveSection: the zoo run live against the simulator (None: the plan runs none)
+    left_out: tuple[dict, ...] = ()  # the source's traces the plan does not run: name, sha256, operators
     timings: dict = field(default_factory=dict)  # stage -> seconds (run.json, not the report: it varies)
     wall_s: float = 0.0
 
@@ -182,9 +184,14 @@ class _Stages:
         self.console.print(f"  done in {self.timings[name]:.1f} s", style="dim")
 
 
-def _programs(path: str, plan: Plan) -> list[Program]:
-    """The traces of `path` that the plan studies, lowered (through the cache), in the source's order."""
-    return plan.choose(load(path))
+def _programs(path: str, plan: Plan) -> tuple[list[Program], tuple[dict, ...]]:
+    """The traces of `path` that the plan studies, lowered (through the cache), in the source's order;
+    and those it leaves out (name, sha256, operators), so the report can say they were in the source."""
+    every = load(path)
+    chosen = plan.choose(every)
+    taken = {p.sha256 for p in chosen}
+    return chosen, tuple({"name": p.name, "sha256": p.sha256, "operators": p.n_ops}
+                         for p in every if p.sha256 not in taken)
 
 
 def _sweep_summary(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None,
@@ -214,12 +221,13 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
     stages = _Stages(console)
     with trace_source(source) as (path, label):
         with stages.stage("reading traces"):
-            programs = _programs(path, plan)  # a bad trace fails here, before the folder is made
+            programs, left_out = _programs(path, plan)  # a bad trace fails here, before the folder is made
             peaks = peak_gaps(path, {p.sha256 for p in programs})
         created = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
         try:
-            repro = _study(path, label, plan, programs, peaks, out, stages, workers, progress, tuple(policies))
+            repro = _study(path, label, plan, programs, peaks, out, stages, workers, progress, tuple(policies),
+                           left_out)
         except BaseException:
             if created:  # a failure leaves no empty folder behind; one with runs in it stays
                 with contextlib.suppress(OSError):
@@ -231,9 +239,10 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
 
 
 def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tuple[PeakGap, ...], out: Path,
-           stages: _Stages, workers: int | None, progress: bool, extra: tuple[str, ...] = ()) -> Reproduction:
+           stages: _Stages, workers: int | None, progress: bool, extra: tuple[str, ...] = (),
+           left_out: tuple[dict, ...] = ()) -> Reproduction:
     from . import leaderboard
-    from .claims import evaluate
+    from .claims import beside_claims, evaluate
     from .write import write_all
 
     by_sha = {p.sha256: p for p in programs}
@@ -250,12 +259,6 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
             new_runs += _sweep(specs, store, plan, workers, progress)
         ranked = list(specs)  # what the leaderboard reads: the coarse curves, the windows, its own runs
         with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):
-            refinable = [s for s in specs if s.policy in plan.refine_policies
-                         and s.trace_sha256 not in plan.refine_skip]
-            refined = refine_rounds(refinable, store, by_sha, REFINE_POINTS, SWITCH_FACTOR, plan.refine_rounds,
-                                    lambda _, new: _sweep_summary(new, store, plan, workers, progress))
-            new_runs += refined.ran
-            specs += refined.specs[len(refinable):]
             for program in programs:
                 window = plan.window(program)
                 if window:
@@ -263,11 +266,22 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                     new_runs += _sweep(new, store, plan, workers, progress)
                     specs += new
                     ranked += new
+            specs = list({s.key: s for s in specs}.values())  # a window can hold coarse budgets
+            # Then every refined curve, windows included, down to the fine grid wherever two neighbours
+            # differ: nothing below names a switch or an inversion across budgets that were not run.
+            refinable = [s for s in specs if s.policy in plan.refine_policies]
+            refined = refine_to_fine(refinable, store, by_sha,
+                                     lambda _, new: _sweep_summary(new, store, plan, workers, progress))
+            new_runs += refined.ran
+            specs += refined.specs[len(refinable):]
         frame = store.rows(s.key for s in specs)
         found = curves(frame, SWITCH_FACTOR)
 
-        lstm = next((p.name for p in programs if p.sha256 == STUDY_TRACES["lstm"]), None)
-        pair = study_pair(found, lstm, SUBJECT_POLICY) if lstm is not None else None
+        lstm = next((p for p in programs if p.sha256 == STUDY_TRACES["lstm"]), None)
+        pair = None
+        if lstm is not None:  # in the plan's window of the study's LSTM, where the study's claims are
+            window = plan.window(lstm)
+            pair = study_pair(found, lstm.name, SUBJECT_POLICY, (min(window), max(window)) if window else None)
         # The study's pairs are the focus (churn, divergence, ablation) when there are any: the claims'
         # figures and the report's close look are then of the same runs.
         focus_switch = ((pair.trace, pair.largest) if pair is not None
@@ -319,9 +333,9 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
             live = live_section()
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
                          study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs, peaks=peaks,
-                         timelines=written, live=live)
+                         timelines=written, live=live, left_out=left_out)
     with stages.stage("claims of the study"):
-        repro = replace(repro, claims=tuple(evaluate(repro)))
+        repro = replace(repro, claims=tuple(evaluate(repro)), beside=tuple(beside_claims(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):
         export(out / STORE_NAME, "parquet", out / "results.parquet")
         repro = replace(repro, figures=write_all(repro))

@@ -49,9 +49,9 @@ class Plan:
     policies: tuple[str, ...]
     coarse_ratios: str
     windows: dict = field(default_factory=dict)
-    refine_rounds: int = 2  # 0.1 -> 0.01 -> 0.001 around every switch and failure of the coarse curves
-    refine_policies: tuple[str, ...] = PAPER_POLICIES
-    refine_skip: tuple[str, ...] = ()  # trace sha256s whose window covers what refinement would find
+    # These policies' curves (coarse grid and windows) are refined down to FINE_STEP wherever two
+    # neighbours differ in outcome or by more than SWITCH_FACTOR in overhead (report.refine).
+    refine_policies: tuple[str, ...] = (SUBJECT_POLICY,)
     ablation_half_width: str = "0.005"  # the ablation window: this far either side of the switch
     timeout_s: float = 120.0  # per run: a safety net; the overhead cap bounds almost every run
     max_oom_explanations: int = 24
@@ -118,8 +118,6 @@ FULL = Plan(
     # The whole LSTM curve at 0.1 % steps takes about 2 min on 2 cores (`dtrlab sweep`; runs
     # between 0.17 and 0.27 thrash), so the full plan scans the stretch the claims are about.
     windows={STUDY_TRACES["lstm"]: "0.26:0.34:0.001", STUDY_TRACES["resnet32"]: "0.090:0.120:0.001"},
-    refine_policies=(SUBJECT_POLICY,),
-    refine_skip=(STUDY_TRACES["lstm"],),  # its window covers what refinement would find, at a known cost
     timeout_s=60.0,
     ablation_half_width="0.003",
     live=True,
@@ -135,8 +133,6 @@ QUICK = Plan(
     max_total_operators=4_500,
     coarse_ratios="0.1:1.0:0.1",
     windows={STUDY_TRACES["resnet32"]: "0.099:0.109:0.001"},
-    refine_rounds=0,
-    refine_policies=(),
     ablation_half_width="0.002",
     focus_fine_only=True,
     timeout_s=20.0,
@@ -154,8 +150,6 @@ CLAIMS = Plan(
     coarse_ratios="",
     traces=(STUDY_TRACES["lstm"], STUDY_TRACES["resnet32"]),
     windows={STUDY_TRACES["lstm"]: "0.263:0.268:0.001", STUDY_TRACES["resnet32"]: "0.100:0.108:0.001"},
-    refine_rounds=0,
-    refine_policies=(),
     ablation_half_width="0",  # the pairs' own budgets: both sides of the fast run
     focus_fine_only=True,
     timeout_s=60.0,

@@ -25,6 +25,8 @@ POLICY_COLOURS = {"dtr": "#1f77b4", "dtr-eq": "#17becf", "dtr-local": "#9467bd",
 # (matplotlib writes dc:date by default), and the SVG's element ids hashed with a fixed salt instead
 # of a random one. The PNG's only text chunk is "Software: matplotlib version ...", which is stable.
 SVG_METADATA = {"Date": None}
+# Every legend sits outside its axes (right of them), so it never covers a curve, a bar or a marker.
+LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": 8}
 SVG_HASH_SALT = "dtrlab"
 
 
@@ -66,26 +68,34 @@ def overhead_curves(trace: str, curves: dict, subject: str, cap: float):
     handles += [Patch(color=REGIME_COLOURS["fast"], label=f"{subject} fast regime"),
                 Patch(color=REGIME_COLOURS["slow"], label=f"{subject} slow regime"),
                 plt.Line2D([], [], ls="", marker="x", color="k", label=f"infeasible (OOM, or overhead > {cap:g})")]
-    ax.legend(handles=handles, fontsize=8, ncol=2, loc="upper right")
+    ax.legend(handles=handles, **LEGEND_OUTSIDE)
     ax.grid(True, which="both", alpha=0.25)
     return fig
 
 
-def feasibility_strip(rows: list[tuple[str, list]], policy: str):
-    """One strip per trace over its fine grid: each budget coloured by outcome."""
+# A budget the fine grid did not run is left white: refinement (report.refine) runs every budget
+# between two neighbours that differ, so a white stretch lies between budgets that agree.
+NOT_RUN = "white: not run (the budgets on both sides agree in outcome, overheads within the switch factor)"
+
+
+def feasibility_strip(rows: list[tuple[str, list]], policy: str, step: float = 0.001):
+    """One strip per trace over its fine grid: each budget run coloured by outcome, `step` wide;
+    budgets not run stay white."""
     fig, axes = plt.subplots(len(rows), 1, figsize=(9, 0.9 + 0.75 * len(rows)), squeeze=False)
     for ax, (trace, runs) in zip(axes[:, 0], rows):
         ratios = np.array([r.ratio for r in runs])
-        step = np.min(np.diff(ratios)) if len(ratios) > 1 else 0.001
         for r in runs:
             ax.axvspan(r.ratio - step / 2, r.ratio + step / 2, color=OUTCOME_COLOURS.get(r.outcome, "#cccccc"), lw=0)
         ax.set_xlim(ratios.min() - step / 2, ratios.max() + step / 2)
         ax.set_yticks([])
         ax.set_ylabel(trace, rotation=0, ha="right", va="center")
-    axes[-1, 0].set_xlabel("memory budget (ratio of the unconstrained peak), fine grid")
+        for side in ax.spines.values():
+            side.set_color("#999999")
+    axes[-1, 0].set_xlabel(f"memory budget (ratio of the unconstrained peak), fine grid ({step:g} steps)")
     axes[0, 0].set_title(f"Feasibility over the fine grid ({policy})")
-    fig.legend(handles=[Patch(color=c, label=o) for o, c in OUTCOME_COLOURS.items()], loc="lower right",
-               ncol=3, fontsize=8, bbox_to_anchor=(1.0, 1.0 - 0.02))
+    handles = [Patch(color=c, label=o) for o, c in OUTCOME_COLOURS.items()]
+    handles.append(Patch(facecolor="white", edgecolor="#999999", label=NOT_RUN.replace(": ", ":\n", 1)))
+    axes[0, 0].legend(handles=handles, **LEGEND_OUTSIDE)
     fig.tight_layout()
     return fig
 
@@ -102,7 +112,7 @@ def eviction_histograms(trace: str, policy: str, fast: tuple[float, np.ndarray],
     ax.set_xlabel("evictions of a storage (policy + eager), among storages evicted at least once")
     ax.set_ylabel("storages (log)")
     ax.set_title(f"{trace} / {policy}: evictions per evicted storage, fast vs slow run")
-    ax.legend(fontsize=8)
+    ax.legend(**LEGEND_OUTSIDE)
     ax.grid(True, alpha=0.25)
     return fig
 
@@ -114,15 +124,16 @@ def memory_near_oom(trace: str, policy: str, ratio, series: np.ndarray, budget_b
     part = series[-tail:] if len(series) else np.zeros((1, 2), np.int64)
     mib = 2.0 ** 20
     ax.step(part[:, 0] / 1e6, part[:, 1] / mib, where="post", color="#1f77b4", lw=1, label="resident memory")
-    ax.axhline(budget_bytes / mib, color="#c0392b", ls="--", lw=1.2, label=f"budget ({budget_bytes / mib:,.0f} MiB)")
-    ax.axhline(pinned_bytes / mib, color="#7f7f7f", ls=":", lw=1.2, label=f"pinned at the OOM ({pinned_bytes / mib:,.0f} MiB)")
+    # The legend gives bytes, not rounded MiB: at an OOM the last few bytes decide.
+    ax.axhline(budget_bytes / mib, color="#c0392b", ls="--", lw=1.2, label=f"budget ({budget_bytes:,} B)")
+    ax.axhline(pinned_bytes / mib, color="#7f7f7f", ls=":", lw=1.2, label=f"pinned at the OOM ({pinned_bytes:,} B)")
     ax.axhline(frontier_bytes / mib, color="#8e44ad", ls="-.", lw=1.2,
-               label=f"pinned + locked at the OOM ({frontier_bytes / mib:,.0f} MiB)")
+               label=f"pinned + locked at the OOM ({frontier_bytes:,} B)")
     ax.set_xlabel("simulated time (ms)")
     ax.set_ylabel("memory (MiB)")
     label = f"ratio {ratio:g}" if ratio is not None else f"{budget_bytes:,} B"
     ax.set_title(f"{trace} / {policy} at {label}: memory before the OOM")
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(**LEGEND_OUTSIDE)
     ax.grid(True, alpha=0.25)
     return fig
 
@@ -153,7 +164,12 @@ def ablation_heatmap(trace: str, ratios: tuple[float, ...], curves: dict):
     ax.set_xticks(range(len(ratios)), [f"{r:g}" for r in ratios], rotation=60, fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set_xlabel("memory budget (ratio of the unconstrained peak)")
-    ax.set_title(f"{trace}: ablations of the DTR score (x hatch: OOM, / hatch: overhead cap)")
+    ax.set_title(f"{trace}: ablations of the DTR score")
     fig.colorbar(image, ax=ax, label="overhead (log)")
+    # White cells have no overhead to colour: the hatch says why.
+    fig.legend(handles=[Patch(facecolor="white", edgecolor=OUTCOME_COLOURS[OOM], hatch="xxx", label="white, x hatch:\nOOM"),
+                        Patch(facecolor="white", edgecolor=OUTCOME_COLOURS[REMAT_LIMIT], hatch="///",
+                              label="white, / hatch:\noverhead cap\n(remat_limit)")],
+               loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8)
     fig.tight_layout()
     return fig

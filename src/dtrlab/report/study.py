@@ -13,3 +13,6 @@ STUDY_TRACES = {
 
 # `dtrlab traces fetch` stores simrd's logs.zip under the name "study"; every command takes --traces NAME.
 FETCH_AND_REPRODUCE = "dtrlab traces fetch && dtrlab reproduce --traces study"
+
+# What a report calls its source when none is given (the traces inside dtrlab): a label, not a path.
+SHIPPED = "the traces shipped with dtrlab"

@@ -8,6 +8,11 @@ from __future__ import annotations
 from ..sim.result import OOM
 
 
+def fmt_bytes(n: int) -> str:
+    """Bytes as bytes: an OOM is decided by the last few, which MiB would round away."""
+    return f"{int(n):,} B"
+
+
 def curve_rows(repro) -> list[dict]:
     """One row per (trace, policy): runs, feasible, smallest feasible ratio, switches, inversions."""
     rows = []
@@ -39,8 +44,8 @@ def inversion_rows(repro) -> list[dict]:
 def _oom_line(case) -> str:
     r = case.report
     verdict = ("pool empty, pinned + locked + need exceed the budget by "
-               f"{r.shortfall_bytes / 2**20:,.1f} MiB" if r.frontier_exceeds_budget else
+               f"{fmt_bytes(r.shortfall_bytes)}" if r.frontier_exceeds_budget else
                "the frontier alone does not explain it")
     return (f"at {case.ratio:g}: {len(r.frames)} frames ({sum(f.remat for f in r.frames)} remats), "
-            f"locked {r.locked_bytes / 2**20:,.1f} MiB, pinned {r.pinned_bytes / 2**20:,.1f} MiB, "
-            f"need {r.need_bytes / 2**20:,.1f} MiB; {verdict}")
+            f"locked {fmt_bytes(r.locked_bytes)}, pinned {fmt_bytes(r.pinned_bytes)}, "
+            f"need {fmt_bytes(r.need_bytes)}, budget {fmt_bytes(r.budget_bytes)}; {verdict}")

@@ -110,6 +110,8 @@ def zoom_figure(trace: str, curve, pair):
     the study's pair labelled."""
     import matplotlib.pyplot as plt
 
+    from .plots import LEGEND_OUTSIDE
+
     runs, labels = zoom_runs(curve)
     fig, ax = plt.subplots(figsize=(9, 4.2))
     colours = {"fast": "#1f77b4", "slow": "#c0392b", "mixed": "#b7950b", "only": "#7f7f7f"}
@@ -130,6 +132,6 @@ def zoom_figure(trace: str, curve, pair):
     ax.set_ylabel("overhead (log)")
     ax.set_title(f"{trace} / {SUBJECT_POLICY}: the switches between {ZOOM_RATIOS[0]} and {ZOOM_RATIOS[1]}, "
                  "one marker per budget (study's pair circled)")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(**LEGEND_OUTSIDE)
     ax.grid(True, which="both", alpha=0.25)
     return fig

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import __version__
 from . import leaderboard, plots
 from .html import render_html, render_markdown
-from .plan import SUBJECT_POLICY, fine_neighbours
+from .plan import FINE_STEP, SUBJECT_POLICY, fine_neighbours
 
 
 def _figures(repro) -> dict[str, dict]:
@@ -42,8 +42,9 @@ def _figures(repro) -> dict[str, dict]:
             lo, hi = min(a for a, _ in fine), max(b for _, b in fine)
             strips.append((t, [r for r in curve.runs if r.ratio is not None and lo <= r.ratio <= hi]))
     if strips:
-        keep("feasibility-fine", plots.feasibility_strip(strips, SUBJECT_POLICY),
-             "Outcome of every budget of the fine scans (0.001 steps) of each trace.")
+        keep("feasibility-fine", plots.feasibility_strip(strips, SUBJECT_POLICY, float(FINE_STEP)),
+             f"Outcome of every budget of the fine scans ({FINE_STEP} steps) of each trace; white: a budget not "
+             "run, between two that agree (the grid is refined wherever neighbours differ).")
     f = repro.focus
     if f is not None:
         keep("evictions-per-storage", plots.eviction_histograms(

@@ -82,7 +82,8 @@ def figure(title: str, fast: SwitchSeries, slow: SwitchSeries, divergence=None):
     axes[0].set_title(title)
     for ax in axes:
         ax.grid(True, alpha=0.25)
-        ax.legend(fontsize=7, loc="lower right" if ax is axes[0] else "upper left")
+        # Right of the axes, never over the series.
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     return fig
 
