@@ -23,13 +23,7 @@ FAST_RATIO = 0.7  # the fast tier's; the others are slow
 
 # What does not conform today, by (idiom, ratio): the failure's first line, in short. The case is a
 # strict xfail, so the suite fails the day it is fixed (and the doc's table must then be remade).
-ONE_IS_SHORT = ("simulate at ratio 1.0 evicts: the plan's peak (what a ratio is of) is below what an unbounded "
-                "run of the step needs (issue 24, point 1)")
-FAILING: dict[tuple[str, float], str] = {
-    ("zero_grad(set_to_none=False)", 1.0): ONE_IS_SHORT,  # 1 eviction at 1.0
-    ("batch norm", 1.0): ONE_IS_SHORT,  # 3 evictions at 1.0
-    ("peak inside optimizer.step", 1.0): ONE_IS_SHORT + ", so it runs out of memory",
-}
+FAILING: dict[tuple[str, float], str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
