@@ -10,11 +10,15 @@ $(STAMP): pyproject.toml setup.py src/dtrlab/sim/_cengine.c
 	$(PY) -m pip install -q -e '.[dev,capture]'
 	touch $(STAMP)
 
-.PHONY: install test demo bench clean
+.PHONY: install test test-fast demo bench clean
 install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# Everything but the end-to-end tests marked slow: the tier to run while working.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
 
 demo: $(STAMP)
 	$(VENV)/bin/dtrlab reproduce --out demo-out
