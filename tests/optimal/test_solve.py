@@ -9,6 +9,7 @@ import math
 import pytest
 
 from brute import brute_force_optimum, small_program
+from dtrlab.optimal.bound import crossing_bound_ns
 from dtrlab.optimal.solve import FEASIBLE, INFEASIBLE, OPTIMAL, min_budget_bytes, solve_optimal
 from dtrlab.schedule.check import check_schedule
 from dtrlab.sim.simulate import baseline
@@ -18,7 +19,9 @@ FRACTIONS = (0.0, 0.3, 0.6)  # of the way from the least budget an operator need
 
 
 def _budgets(program):
-    low, peak = min_budget_bytes(program), baseline(program).peak_bytes
+    # the simulator's baseline peak (the ratios' base) can sit below what any schedule needs
+    low = min_budget_bytes(program)
+    peak = max(baseline(program).peak_bytes, low)
     return sorted({int(low + f * (peak - low)) for f in FRACTIONS})
 
 
@@ -66,3 +69,13 @@ def test_a_budget_with_room_for_everything_recomputes_nothing():
     result = solve_optimal(program, baseline(program).peak_bytes, time_limit_s=30)
     assert result.status == OPTIMAL and result.replay.n_recompute == 0
     assert result.overhead == (1 + program.compute_ns) / program.compute_ns
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_crossing_bound_never_exceeds_the_optimum(seed):
+    program = small_program(seed, 6)
+    for budget in _budgets(program):
+        best = brute_force_optimum(program, budget)
+        bound = crossing_bound_ns(program, budget)
+        if best is not None:
+            assert bound <= best

@@ -17,6 +17,7 @@ from ..errors import UsageError
 from ..schedule.check import Replay, check_schedule
 from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
+from .bound import crossing_bound_ns
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .warm import start_of_schedule
@@ -27,8 +28,9 @@ DEFAULT_TIME_LIMIT_S = 600.0
 DEFAULT_GAP = 1e-4  # the overhead gap at which a solve stops: (best - bound) <= gap x the program's compute
 DEFAULT_THREADS = 1
 
-# What a result is: an exact solve of the stage model (its schedule and its bound), or the LP bound alone.
-EXACT, LP_ONLY = "exact", "lp-bound"
+# What a result is: an exact solve of the stage model (its schedule and its bound), the LP bound alone,
+# or the crossing bound alone (bound.py: for traces too large for the model).
+EXACT, LP_ONLY, CROSSING_ONLY = "exact", "lp-bound", "crossing-bound"
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class OptimalResult:
     overhead: float | None
     bound_overhead: float
     lp_bound_overhead: float | None
+    crossing_bound_overhead: float | None  # bound.py's, part of bound_overhead
     gap: float | None
     solve_s: float
     lp_s: float | None
@@ -215,8 +218,10 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         schedule, model_optimal = fallback[1], False
         say("the solves found nothing better than the start's own schedule")
     lp_over = None if lp is None or lp.status != OPTIMAL else overhead_of(program, lp.bound)
-    bound_ns = max(bound_run.bound, lp.bound if lp_over is not None else 0.0)
+    crossing_ns = crossing_bound_ns(program, budget_bytes)
+    bound_ns = max(bound_run.bound, lp.bound if lp_over is not None else 0.0, crossing_ns)
     bound_over = math.inf if bound_run.status == INFEASIBLE else overhead_of(program, bound_ns)
+    crossing_over = overhead_of(program, crossing_ns)
     replay = None
     overhead = gap_reached = None
     status = run.status if schedule is None else FEASIBLE
@@ -231,7 +236,7 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     solve_s = time.perf_counter() - t0
     say(f"{status}: best {_fmt(overhead)}, bound {_fmt(bound_over)} in {solve_s:.1f} s, {rounds} round(s)")
     return OptimalResult(program.name, budget_bytes, EXACT, solver, status, overhead, bound_over, lp_over,
-                         gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
+                         crossing_over, gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
                          dtr_overhead, model_optimal, rounds, len(exact), replay, schedule)
 
 
@@ -242,13 +247,30 @@ def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_
     m = build_milp(g, budget_bytes)
     if m.infeasible is not None:
         return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", INFEASIBLE, None, math.inf, math.inf,
-                             None, 0.0, 0.0, m.n_binaries, m.n_rows, None, False, 0, 0, None, None)
+                             None, None, 0.0, 0.0, m.n_binaries, m.n_rows, None, False, 0, 0, None, None)
     lp = solve_highs(m, time_limit_s, threads, relax=True)
     over = (math.inf if lp.status == INFEASIBLE else overhead_of(program, lp.bound) if lp.status == OPTIMAL
             else overhead_of(program, 0.0))
     return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", lp.status, None, over,
-                         over if lp.status == OPTIMAL else None, None, lp.time_s, lp.time_s, m.n_binaries,
+                         over if lp.status == OPTIMAL else None, None, None, lp.time_s, lp.time_s, m.n_binaries,
                          m.n_rows, None, False, 1, 0, None, None)
+
+
+def crossing_bound(program: Program, budget_bytes: int, dtr: bool = True) -> OptimalResult:
+    """bound.py's crossing bound alone (no model, no schedule), with DTR's run at the budget beside it."""
+    t0 = time.perf_counter()
+    ns = crossing_bound_ns(program, budget_bytes)
+    solve_s = time.perf_counter() - t0
+    over = overhead_of(program, ns)
+    dtr_overhead = None
+    if dtr:
+        from ..sim.simulate import simulate
+
+        run = simulate(program, budget_bytes, "dtr")
+        dtr_overhead = run.overhead if run.outcome == "ok" else None
+    status = INFEASIBLE if ns == math.inf else UNKNOWN
+    return OptimalResult(program.name, budget_bytes, CROSSING_ONLY, "none", status, None, over, None, over, None,
+                         solve_s, None, 0, 0, dtr_overhead, False, 0, 0, None, None)
 
 
 def min_budget_bytes(program: Program) -> int:
@@ -268,5 +290,5 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else "inf" if x == math.inf else f"{x:.4f}x"
 
 
-__all__ = ["OptimalResult", "solve_optimal", "lp_bound", "min_budget_bytes", "schedule_from_solution",
-           "overhead_of", "EXACT", "LP_ONLY", "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
+__all__ = ["OptimalResult", "solve_optimal", "lp_bound", "crossing_bound", "min_budget_bytes", "schedule_from_solution",
+           "overhead_of", "EXACT", "LP_ONLY", "CROSSING_ONLY", "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
