@@ -143,16 +143,27 @@ def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: 
     return solve_cpsat(m, time_limit_s, threads, abs_gap_ns)
 
 
+# Where DTR runs out of memory at the budget, its run at a slightly smaller budget may not: a schedule
+# that fits a budget fits every larger one (DTR's envelope), so that run's schedule starts the solve.
+ENVELOPE_SCALES = (0.995, 0.99, 0.98, 0.97, 0.95, 0.9)
+
+
 def _dtr_start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
-    """DTR's run at this budget: its overhead, and its schedule as a starting solution (None if it ran out)."""
+    """DTR's overhead at this budget (None if it ran out), and the schedule of DTR's run at this budget
+    or the largest smaller one tried that ends ok, as a starting solution (None if none does)."""
     from ..schedule.emit import simulate_schedule
 
     result, schedule = simulate_schedule(program, budget_bytes, "dtr")
-    if result.outcome != "ok":
-        say(f"DTR: {result.outcome}")
-        return None, None
-    say(f"DTR: {result.overhead:.4f}x, its schedule the starting solution")
-    return result.overhead, start_of_schedule(program, g, m, schedule)
+    if result.outcome == "ok":
+        say(f"DTR: {result.overhead:.4f}x, its schedule the starting solution")
+        return result.overhead, start_of_schedule(program, g, m, schedule)
+    say(f"DTR: {result.outcome}")
+    for scale in ENVELOPE_SCALES:
+        smaller, schedule = simulate_schedule(program, int(budget_bytes * scale), "dtr")
+        if smaller.outcome == "ok":
+            say(f"DTR at {scale} of the budget: {smaller.overhead:.4f}x, its schedule the starting solution")
+            return None, start_of_schedule(program, g, m, schedule)
+    return None, None
 
 
 def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_SOLVER,
