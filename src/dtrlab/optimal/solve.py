@@ -143,27 +143,30 @@ def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: 
     return solve_cpsat(m, time_limit_s, threads, abs_gap_ns)
 
 
-# Where DTR runs out of memory at the budget, its run at a slightly smaller budget may not: a schedule
-# that fits a budget fits every larger one (DTR's envelope), so that run's schedule starts the solve.
+# DTR's envelope: a schedule that fits a budget fits every larger one, so DTR's runs at slightly
+# smaller budgets are schedules for this one too (where DTR runs out of memory at the budget, or
+# takes a pathological overhead there, one of them may not).
 ENVELOPE_SCALES = (0.995, 0.99, 0.98, 0.97, 0.95, 0.9)
 
 
 def _dtr_start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
-    """DTR's overhead at this budget (None if it ran out), and the schedule of DTR's run at this budget
-    or the largest smaller one tried that ends ok, as a starting solution (None if none does)."""
+    """DTR's overhead at this budget (None if it ran out); the schedule of the cheapest of DTR's runs
+    at this budget and at ENVELOPE_SCALES of it that end ok, as a starting solution; and that run's
+    (recompute ns, schedule), valid under this budget as it stands (None, None when none ends ok)."""
     from ..schedule.emit import simulate_schedule
 
     result, schedule = simulate_schedule(program, budget_bytes, "dtr")
-    if result.outcome == "ok":
-        say(f"DTR: {result.overhead:.4f}x, its schedule the starting solution")
-        return result.overhead, start_of_schedule(program, g, m, schedule)
-    say(f"DTR: {result.outcome}")
+    say(f"DTR: {result.overhead:.4f}x" if result.outcome == "ok" else f"DTR: {result.outcome}")
+    best = (result.remat_ns, schedule, 1.0) if result.outcome == "ok" else None
     for scale in ENVELOPE_SCALES:
         smaller, schedule = simulate_schedule(program, int(budget_bytes * scale), "dtr")
-        if smaller.outcome == "ok":
-            say(f"DTR at {scale} of the budget: {smaller.overhead:.4f}x, its schedule the starting solution")
-            return None, start_of_schedule(program, g, m, schedule)
-    return None, None
+        if smaller.outcome == "ok" and (best is None or smaller.remat_ns < best[0]):
+            best = (smaller.remat_ns, schedule, scale)
+    dtr_overhead = result.overhead if result.outcome == "ok" else None
+    if best is None:
+        return dtr_overhead, None, None
+    say(f"start: DTR's run at {best[2]} of the budget ({overhead_of(program, best[0]):.4f}x)")
+    return dtr_overhead, start_of_schedule(program, g, m, best[1]), best[:2]
 
 
 def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_SOLVER,
@@ -189,17 +192,19 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         say(f"LP bound {_fmt(overhead_of(program, lp.bound) if lp.status == OPTIMAL else None)} "
             f"in {lp.time_s:.1f} s ({lp.status})")
     abs_gap_ns = gap * program.compute_ns
-    dtr_overhead = start = None
+    dtr_overhead = start = dtr_run = None
     if warm_start and m.infeasible is None:
-        dtr_overhead, start = _dtr_start(program, g, m, budget_bytes, say)
+        dtr_overhead, start, dtr_run = _dtr_start(program, g, m, budget_bytes, say)
     run = bound_run = None
     schedule = None
     rounds = 0
-    fallback = None  # the start's own schedule, when it fits: kept if no solve does better in time
+    fallback = None  # (recompute ns, schedule) valid under the budget: kept if no solve does better in time
     if start is not None:
         candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
         if max(peaks) <= budget_bytes:
             fallback = (float(m.col_cost @ start), candidate)
+    if dtr_run is not None and (fallback is None or dtr_run[0] < fallback[0]):
+        fallback = dtr_run  # DTR's own schedule, in its own order: valid as it is (made_by says so)
     n_leading = len(m.r_cols) + len(m.s_cols)  # R and S come first in every refinement of the model
     if m.infeasible is not None or (lp is not None and lp.status == INFEASIBLE):
         run = bound_run = SolverRun(solver, INFEASIBLE, None, None, math.inf, 0.0)
