@@ -16,8 +16,7 @@ from ..errors import UsageError
 from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT
 from ..output import clean, console, print_json
 from ..trace import resolve_source
-from .solvers import SOLVERS
-from .solve import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
+from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS
 
 SolverName = Enum("SolverName", {name: name for name in SOLVERS}, type=str)
 

@@ -18,15 +18,12 @@ from ..schedule.check import Replay, check_schedule
 from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
 from .bound import crossing_bound_ns
+from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .warm import start_of_schedule
-from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, SOLVERS, UNKNOWN, SolverRun, solve_cpsat, solve_highs
+from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, SolverRun, solve_cpsat, solve_highs
 
-DEFAULT_SOLVER = "highs"
-DEFAULT_TIME_LIMIT_S = 600.0
-DEFAULT_GAP = 1e-4  # the overhead gap at which a solve stops: (best - bound) <= gap x the program's compute
-DEFAULT_THREADS = 1
 
 # What a result is: an exact solve of the stage model (its schedule and its bound), the LP bound alone,
 # or the crossing bound alone (bound.py: for traces too large for the model).

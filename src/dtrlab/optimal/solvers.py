@@ -21,7 +21,6 @@ TOLERANCE = 1e-9
 
 OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN = "optimal", "feasible", "infeasible", "unknown"
 CUTOFF = "cutoff"  # a solve given a start's objective as cutoff found nothing below it
-SOLVERS = ("highs", "cpsat")
 
 
 @dataclass(frozen=True)
