@@ -60,13 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=150.0, help="seconds per solve")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lp-only", action="store_true", help="time the LP bound alone")
+    ap.add_argument("--bound-only", action="store_true", help="the crossing bound alone, DTR beside it")
     ap.add_argument("--min-budget", action="store_true",
                     help="also the least budget any schedule needs, beside DTR's (bisection), in bytes")
     ap.add_argument("--smoke", action="store_true", help="a 12-operator generated program, in seconds")
     ap.add_argument("--out", help="append JSON lines here (default: stdout)")
     args = ap.parse_args(argv)
 
-    from dtrlab.optimal.solve import lp_bound, min_budget_bytes, solve_optimal
+    from dtrlab.optimal.solve import crossing_bound, lp_bound, min_budget_bytes, solve_optimal
     from dtrlab.sim.simulate import baseline, budget_from_ratio
 
     if args.smoke:
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             budget = budget_from_ratio(program, ratio)
             if args.lp_only:
                 result = lp_bound(program, budget, args.time_limit, args.threads)
+            elif args.bound_only:
+                result = crossing_bound(program, budget)
             else:
                 result = solve_optimal(program, budget, time_limit_s=args.time_limit, threads=args.threads,
                                        lp_bound=False)

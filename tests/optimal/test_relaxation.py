@@ -48,3 +48,15 @@ def test_dtr_schedules_of_generated_programs_lie_in_the_relaxation():
 def test_dtr_schedules_of_resnet32_lie_in_the_relaxation(ratio):
     program = public_program("resnet32")
     assert _assert_in_relaxation(program, budget_from_ratio(program, ratio))
+
+
+@pytest.mark.slow
+@needs_shared
+@pytest.mark.parametrize("name, ratio", [("resnet32", "0.1"), ("resnet32", "0.5"), ("unet", "0.6")])
+def test_the_crossing_bound_is_below_dtr_on_public_traces(name, ratio):
+    """DTR's run is a schedule: no valid bound may exceed it (and the bound is not trivial)."""
+    from dtrlab.optimal.solve import crossing_bound
+
+    program = public_program(name)
+    result = crossing_bound(program, budget_from_ratio(program, ratio))
+    assert 1.0 < result.bound_overhead <= result.dtr_overhead

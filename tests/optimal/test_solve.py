@@ -9,16 +9,20 @@ import math
 import pytest
 
 from brute import brute_force_optimum, small_program
+from conftest import needs_shared, public_program
+from dtrlab.optimal.bound import crossing_bound_ns
 from dtrlab.optimal.solve import FEASIBLE, INFEASIBLE, OPTIMAL, min_budget_bytes, solve_optimal
 from dtrlab.schedule.check import check_schedule
-from dtrlab.sim.simulate import baseline
+from dtrlab.sim.simulate import baseline, budget_from_ratio
 
 SEEDS = range(24)
 FRACTIONS = (0.0, 0.3, 0.6)  # of the way from the least budget an operator needs to the unconstrained peak
 
 
 def _budgets(program):
-    low, peak = min_budget_bytes(program), baseline(program).peak_bytes
+    # the simulator's baseline peak (the ratios' base) can sit below what any schedule needs
+    low = min_budget_bytes(program)
+    peak = max(baseline(program).peak_bytes, low)
     return sorted({int(low + f * (peak - low)) for f in FRACTIONS})
 
 
@@ -66,3 +70,26 @@ def test_a_budget_with_room_for_everything_recomputes_nothing():
     result = solve_optimal(program, baseline(program).peak_bytes, time_limit_s=30)
     assert result.status == OPTIMAL and result.replay.n_recompute == 0
     assert result.overhead == (1 + program.compute_ns) / program.compute_ns
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_crossing_bound_never_exceeds_the_optimum(seed):
+    program = small_program(seed, 6)
+    for budget in _budgets(program):
+        best = brute_force_optimum(program, budget)
+        bound = crossing_bound_ns(program, budget)
+        if best is not None:
+            assert bound <= best
+
+
+@pytest.mark.slow
+@needs_shared
+def test_where_dtr_runs_out_its_envelope_starts_the_solve():
+    """ResNet-32 at 0.104: DTR runs out of memory (a feasibility inversion), but its run at a slightly
+    smaller budget does not, and that schedule fits: the solve returns a schedule within the budget."""
+    program = public_program("resnet32")
+    budget = budget_from_ratio(program, "0.104")
+    result = solve_optimal(program, budget, time_limit_s=30, lp_bound=False)
+    assert result.dtr_overhead is None
+    assert result.schedule is not None and result.replay.peak_bytes <= budget
+    assert result.bound_overhead <= result.overhead

@@ -1,5 +1,6 @@
 """Optimal baselines: the best rematerialization schedule a solver finds for a budget, and a proven bound.
 
-graph.py (the storage-level graph), model.py (the stage MILP), solvers.py (HiGHS, CP-SAT), solve.py
-(the whole solve, replayed by the schedule checker), commands.py (`dtrlab optimal`).
+graph.py (items and stages), model.py (the stage MILP), solvers.py (HiGHS, CP-SAT), warm.py (a schedule as
+a starting solution), bound.py (the crossing bound), solve.py (the whole solve, replayed by the schedule
+checker), defaults.py, commands.py (`dtrlab optimal`). docs/optimal.md.
 """

@@ -16,8 +16,7 @@ from ..errors import UsageError
 from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT
 from ..output import clean, console, print_json
 from ..trace import resolve_source
-from .solvers import SOLVERS
-from .solve import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
+from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS
 
 SolverName = Enum("SolverName", {name: name for name in SOLVERS}, type=str)
 
@@ -36,6 +35,8 @@ def optimal_cmd(
                               help="Stop once the best is within G of the bound, in overhead (0.0001: 0.01%)."),
     schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="FILE",
                                                help="Write the best schedule (docs/schedules.md) to FILE."),
+    bound_only: bool = typer.Option(False, "--bound-only",
+                                    help="Only the crossing bound (seconds, any size of trace) and DTR beside it."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -44,7 +45,7 @@ def optimal_cmd(
     source = resolve_source(source, traces)
     from ..sim.simulate import budget_of, check_budget_args
     from ..trace import load_one
-    from .solve import solve_optimal
+    from .solve import crossing_bound, solve_optimal
 
     check_budget_args(ratio, budget_bytes)
     if not time_limit > 0 or not math.isfinite(time_limit):
@@ -62,8 +63,13 @@ def optimal_cmd(
     program = load_one(source, trace)
     budget = budget_of(program, ratio, budget_bytes)
     say = None if quiet else (lambda msg: typer.echo(f"optimal: {msg}", err=True))
-    result = solve_optimal(program, budget, solver=solver.value, time_limit_s=time_limit, threads=threads,
-                           gap=gap, progress=say)
+    if bound_only and schedule_out is not None:
+        raise UsageError("--bound-only makes no schedule: leave out --schedule-out")
+    if bound_only:
+        result = crossing_bound(program, budget)
+    else:
+        result = solve_optimal(program, budget, solver=solver.value, time_limit_s=time_limit, threads=threads,
+                               gap=gap, progress=say)
     if schedule_out is not None and result.schedule is not None:
         from ..schedule.format import write_schedule
 
@@ -77,7 +83,7 @@ def optimal_cmd(
         return
     from rich.table import Table
 
-    table = Table(title=f"{program.name}: optimal ({result.solver}), budget {budget:,} bytes"
+    table = Table(title=f"{program.name}: optimal ({result.kind}, {result.solver}), budget {budget:,} bytes"
                         + (f", ratio {ratio:g}" if ratio is not None else ""), title_justify="left", show_header=False)
     table.add_column("")
     table.add_column("", justify="right")
@@ -88,6 +94,7 @@ def optimal_cmd(
     rows = [("status", result.status), ("best found (replayed)", x(result.overhead)),
             ("lower bound", x(result.bound_overhead)), ("gap", "n/a" if result.gap is None else f"{result.gap:.2%}"),
             ("DTR at this budget", x(result.dtr_overhead)), ("LP bound", x(result.lp_bound_overhead)),
+            ("crossing bound", x(result.crossing_bound_overhead)),
             ("solve time", f"{result.solve_s:.1f} s ({result.rounds} solve(s), {result.exact_stages} exact stage(s))"),
             ("model", f"{result.n_binaries:,} binaries, {result.n_rows:,} rows")]
     if result.replay is not None:

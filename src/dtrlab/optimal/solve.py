@@ -17,18 +17,17 @@ from ..errors import UsageError
 from ..schedule.check import Replay, check_schedule
 from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
+from .bound import crossing_bound_ns
+from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .warm import start_of_schedule
-from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, SOLVERS, UNKNOWN, SolverRun, solve_cpsat, solve_highs
+from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, SolverRun, solve_cpsat, solve_highs
 
-DEFAULT_SOLVER = "highs"
-DEFAULT_TIME_LIMIT_S = 600.0
-DEFAULT_GAP = 1e-4  # the overhead gap at which a solve stops: (best - bound) <= gap x the program's compute
-DEFAULT_THREADS = 1
 
-# What a result is: an exact solve of the stage model (its schedule and its bound), or the LP bound alone.
-EXACT, LP_ONLY = "exact", "lp-bound"
+# What a result is: an exact solve of the stage model (its schedule and its bound), the LP bound alone,
+# or the crossing bound alone (bound.py: for traces too large for the model).
+EXACT, LP_ONLY, CROSSING_ONLY = "exact", "lp-bound", "crossing-bound"
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,7 @@ class OptimalResult:
     overhead: float | None
     bound_overhead: float
     lp_bound_overhead: float | None
+    crossing_bound_overhead: float | None  # bound.py's, part of bound_overhead
     gap: float | None
     solve_s: float
     lp_s: float | None
@@ -140,16 +140,30 @@ def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: 
     return solve_cpsat(m, time_limit_s, threads, abs_gap_ns)
 
 
+# DTR's envelope: a schedule that fits a budget fits every larger one, so DTR's runs at slightly
+# smaller budgets are schedules for this one too (where DTR runs out of memory at the budget, or
+# takes a pathological overhead there, one of them may not).
+ENVELOPE_SCALES = (0.995, 0.99, 0.98, 0.97, 0.95, 0.9)
+
+
 def _dtr_start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
-    """DTR's run at this budget: its overhead, and its schedule as a starting solution (None if it ran out)."""
+    """DTR's overhead at this budget (None if it ran out); the schedule of the cheapest of DTR's runs
+    at this budget and at ENVELOPE_SCALES of it that end ok, as a starting solution; and that run's
+    (recompute ns, schedule), valid under this budget as it stands (None, None when none ends ok)."""
     from ..schedule.emit import simulate_schedule
 
     result, schedule = simulate_schedule(program, budget_bytes, "dtr")
-    if result.outcome != "ok":
-        say(f"DTR: {result.outcome}")
-        return None, None
-    say(f"DTR: {result.overhead:.4f}x, its schedule the starting solution")
-    return result.overhead, start_of_schedule(program, g, m, schedule)
+    say(f"DTR: {result.overhead:.4f}x" if result.outcome == "ok" else f"DTR: {result.outcome}")
+    best = (result.remat_ns, schedule, 1.0) if result.outcome == "ok" else None
+    for scale in ENVELOPE_SCALES:
+        smaller, schedule = simulate_schedule(program, int(budget_bytes * scale), "dtr")
+        if smaller.outcome == "ok" and (best is None or smaller.remat_ns < best[0]):
+            best = (smaller.remat_ns, schedule, scale)
+    dtr_overhead = result.overhead if result.outcome == "ok" else None
+    if best is None:
+        return dtr_overhead, None, None
+    say(f"start: DTR's run at {best[2]} of the budget ({overhead_of(program, best[0]):.4f}x)")
+    return dtr_overhead, start_of_schedule(program, g, m, best[1]), best[:2]
 
 
 def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_SOLVER,
@@ -175,17 +189,19 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         say(f"LP bound {_fmt(overhead_of(program, lp.bound) if lp.status == OPTIMAL else None)} "
             f"in {lp.time_s:.1f} s ({lp.status})")
     abs_gap_ns = gap * program.compute_ns
-    dtr_overhead = start = None
+    dtr_overhead = start = dtr_run = None
     if warm_start and m.infeasible is None:
-        dtr_overhead, start = _dtr_start(program, g, m, budget_bytes, say)
+        dtr_overhead, start, dtr_run = _dtr_start(program, g, m, budget_bytes, say)
     run = bound_run = None
     schedule = None
     rounds = 0
-    fallback = None  # the start's own schedule, when it fits: kept if no solve does better in time
+    fallback = None  # (recompute ns, schedule) valid under the budget: kept if no solve does better in time
     if start is not None:
         candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
         if max(peaks) <= budget_bytes:
             fallback = (float(m.col_cost @ start), candidate)
+    if dtr_run is not None and (fallback is None or dtr_run[0] < fallback[0]):
+        fallback = dtr_run  # DTR's own schedule, in its own order: valid as it is (made_by says so)
     n_leading = len(m.r_cols) + len(m.s_cols)  # R and S come first in every refinement of the model
     if m.infeasible is not None or (lp is not None and lp.status == INFEASIBLE):
         run = bound_run = SolverRun(solver, INFEASIBLE, None, None, math.inf, 0.0)
@@ -215,8 +231,10 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         schedule, model_optimal = fallback[1], False
         say("the solves found nothing better than the start's own schedule")
     lp_over = None if lp is None or lp.status != OPTIMAL else overhead_of(program, lp.bound)
-    bound_ns = max(bound_run.bound, lp.bound if lp_over is not None else 0.0)
+    crossing_ns = crossing_bound_ns(program, budget_bytes)
+    bound_ns = max(bound_run.bound, lp.bound if lp_over is not None else 0.0, crossing_ns)
     bound_over = math.inf if bound_run.status == INFEASIBLE else overhead_of(program, bound_ns)
+    crossing_over = overhead_of(program, crossing_ns)
     replay = None
     overhead = gap_reached = None
     status = run.status if schedule is None else FEASIBLE
@@ -231,7 +249,7 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     solve_s = time.perf_counter() - t0
     say(f"{status}: best {_fmt(overhead)}, bound {_fmt(bound_over)} in {solve_s:.1f} s, {rounds} round(s)")
     return OptimalResult(program.name, budget_bytes, EXACT, solver, status, overhead, bound_over, lp_over,
-                         gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
+                         crossing_over, gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
                          dtr_overhead, model_optimal, rounds, len(exact), replay, schedule)
 
 
@@ -242,13 +260,30 @@ def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_
     m = build_milp(g, budget_bytes)
     if m.infeasible is not None:
         return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", INFEASIBLE, None, math.inf, math.inf,
-                             None, 0.0, 0.0, m.n_binaries, m.n_rows, None, False, 0, 0, None, None)
+                             None, None, 0.0, 0.0, m.n_binaries, m.n_rows, None, False, 0, 0, None, None)
     lp = solve_highs(m, time_limit_s, threads, relax=True)
     over = (math.inf if lp.status == INFEASIBLE else overhead_of(program, lp.bound) if lp.status == OPTIMAL
             else overhead_of(program, 0.0))
     return OptimalResult(program.name, budget_bytes, LP_ONLY, "highs", lp.status, None, over,
-                         over if lp.status == OPTIMAL else None, None, lp.time_s, lp.time_s, m.n_binaries,
+                         over if lp.status == OPTIMAL else None, None, None, lp.time_s, lp.time_s, m.n_binaries,
                          m.n_rows, None, False, 1, 0, None, None)
+
+
+def crossing_bound(program: Program, budget_bytes: int, dtr: bool = True) -> OptimalResult:
+    """bound.py's crossing bound alone (no model, no schedule), with DTR's run at the budget beside it."""
+    t0 = time.perf_counter()
+    ns = crossing_bound_ns(program, budget_bytes)
+    solve_s = time.perf_counter() - t0
+    over = overhead_of(program, ns)
+    dtr_overhead = None
+    if dtr:
+        from ..sim.simulate import simulate
+
+        run = simulate(program, budget_bytes, "dtr")
+        dtr_overhead = run.overhead if run.outcome == "ok" else None
+    status = INFEASIBLE if ns == math.inf else UNKNOWN
+    return OptimalResult(program.name, budget_bytes, CROSSING_ONLY, "none", status, None, over, None, over, None,
+                         solve_s, None, 0, 0, dtr_overhead, False, 0, 0, None, None)
 
 
 def min_budget_bytes(program: Program) -> int:
@@ -268,5 +303,5 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else "inf" if x == math.inf else f"{x:.4f}x"
 
 
-__all__ = ["OptimalResult", "solve_optimal", "lp_bound", "min_budget_bytes", "schedule_from_solution",
-           "overhead_of", "EXACT", "LP_ONLY", "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
+__all__ = ["OptimalResult", "solve_optimal", "lp_bound", "crossing_bound", "min_budget_bytes", "schedule_from_solution",
+           "overhead_of", "EXACT", "LP_ONLY", "CROSSING_ONLY", "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]

@@ -20,7 +20,7 @@ from .model import Milp
 TOLERANCE = 1e-9
 
 OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN = "optimal", "feasible", "infeasible", "unknown"
-SOLVERS = ("highs", "cpsat")
+CUTOFF = "cutoff"  # a solve given a start's objective as cutoff found nothing below it
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,13 @@ def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: floa
         lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
                            for i in m.col_int.tolist()]
     h.passModel(lp)
+    cutoff = None
     if start is not None and not relax:
-        # the leading columns' values (a refined model's extra columns are left to HiGHS to complete)
-        h.setSolution(len(start), np.arange(len(start), dtype=np.int32), start.astype(float))
+        # Not handed over as a solution: HiGHS 1.16 can return a given start from getSolution after it
+        # found better (its reported objective then disagrees with the solution). A cutoff at the
+        # start's objective prunes as well; the caller keeps the start's own schedule.
+        cutoff = float(m.col_cost[:len(start)] @ start) + 0.5
+        h.setOptionValue("objective_bound", cutoff)
     if progress is not None and not relax:
         _watch_highs(h, progress)
     h.run()
@@ -103,6 +107,9 @@ def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: floa
     model_status = h.getModelStatus()
     info = h.getInfo()
     ms = highspy.HighsModelStatus
+    if model_status == ms.kInfeasible and cutoff is not None:
+        # nothing beats the start's objective: that is the bound (the start itself is the caller's)
+        return SolverRun("highs", CUTOFF, None, None, cutoff - 0.5, elapsed)
     if model_status == ms.kInfeasible:
         return SolverRun("highs", INFEASIBLE, None, None, math.inf, elapsed, relax)
     if relax:
@@ -114,6 +121,8 @@ def solve_highs(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: floa
     if info.primal_solution_status == 2:  # a feasible solution exists
         x = np.array(h.getSolution().col_value)
         obj = float(info.objective_function_value)
+        if abs(float(m.col_cost @ x) - obj) > 0.5 + 1e-9 * abs(obj):
+            raise AssertionError(f"HiGHS's solution costs {m.col_cost @ x} but it reports {obj}")
         status = OPTIMAL if model_status == ms.kOptimal else FEASIBLE
         if status == OPTIMAL:
             bound = max(bound, obj - abs_gap_ns)
@@ -160,8 +169,7 @@ def _watch_highs(h, progress: Callable[[str], None]) -> None:
         return
 
 
-def solve_cpsat(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: float = 0.0,
-                progress: Callable[[str], None] | None = None) -> SolverRun:
+def solve_cpsat(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: float = 0.0) -> SolverRun:
     """Solve with OR-Tools CP-SAT: memory in units of the greatest common divisor of its byte figures."""
     try:
         from ortools.sat.python import cp_model
@@ -198,8 +206,6 @@ def solve_cpsat(m: Milp, time_limit_s: float, threads: int = 1, abs_gap_ns: floa
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = threads
-    if progress is not None:
-        solver.parameters.log_search_progress = False
     solver.parameters.absolute_gap_limit = float(abs_gap_ns)
     status = solver.Solve(model)
     elapsed = time.perf_counter() - t0
