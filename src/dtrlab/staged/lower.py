@@ -55,6 +55,7 @@ def is_random(node: Node) -> bool:
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
+@torch.no_grad()  # the graph holds the backward itself: autograd must not record (nor keep) anything
 def measure(gm: GraphModule, inputs: list, repeat: int = 1) -> tuple[dict, dict]:
     """Run the graph node by node with every value kept (so no address is reused and aliases are
     told by storage identity), `repeat` timed passes after one warm-up; the global RNG is put back

@@ -98,14 +98,17 @@ class StagedStep:
     def __call__(self, *args):
         p = self._current(args)
         inputs = list(args) + lifted_state(self.holders)
-        outs = p.module(*inputs)
+        # The graph is the backward already: autograd recording it would keep every value it saves alive.
+        with torch.no_grad():
+            outs = p.module(*inputs)
         return write_back(p.graph, inputs, outs)
 
     def measured(self, *args) -> tuple[Any, MeasuredPeak]:
         """One step run under the peak counter (measure.py): its return value and the real peak."""
         p = self._current(args)
         inputs = list(args) + lifted_state(self.holders)
-        outs, peak = measure_peak(p.module, inputs)
+        with torch.no_grad():
+            outs, peak = measure_peak(p.module, inputs)
         return write_back(p.graph, inputs, outs), peak
 
 
