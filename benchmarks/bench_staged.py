@@ -52,7 +52,8 @@ def main() -> int:
             step = world(name, sizes)
             try:
                 staged = dtrlab.stage(step, ratio=ratio)
-                staged()  # plans again with the optimizer's state
+                staged()  # makes the optimizer's state
+                staged()  # plans again with it
             except StagingOutOfMemory:
                 print(f"{name:<12}{ratio:>6}{plain_s * 1e3:>10.2f}{'oom':>11}")
                 continue
