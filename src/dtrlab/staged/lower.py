@@ -100,7 +100,8 @@ def sync(tensors: list[torch.Tensor]) -> None:
         torch.cuda.synchronize()
 
 
-def lower_graph(gm: GraphModule, inputs: list, name: str = "staged-step", repeat: int = 1) -> tuple[Program, GraphMap]:
+def lower_graph(gm: GraphModule, inputs: list, name: str = "staged-step", repeat: int = 1,
+                unit_cost_ns: int | None = None) -> tuple[Program, GraphMap]:
     """The Program of `gm` run on `inputs`: placeholders and constants are CONSTANTs; each other node
     an operator whose results are its tensors (a Python number counts SCALAR_BYTES); a result on an
     argument's storage is an ALIAS of it; a value is RELEASEd after its last use unless an output."""
@@ -171,7 +172,7 @@ def lower_graph(gm: GraphModule, inputs: list, name: str = "staged-step", repeat
             aliases.append(alias)
         names = [n.name] if len(results) == 1 and not isinstance(value, (tuple, list)) else \
             [f"{n.name}[{k}]" for k in range(len(results))]
-        cost = max(1, median.get(n, 1))
+        cost = unit_cost_ns if unit_cost_ns is not None else max(1, median.get(n, 1))
         outs = lowering.call(Call(line, str(n.target), tuple(name_of[a] for a in args), tuple(names), cost),
                              sizes, aliases, args)
         op = len(op_node)

@@ -46,15 +46,23 @@ class Plan:
     times_ns: dict
 
 
+# How a staged step's operators are costed for the simulation: "measured" by one timed pass of the
+# graph (what decides a real budget), or "unit" (every operator UNIT_COST_NS: decisions that do not
+# depend on the machine's timing, for reproducible plans and tests).
+COSTS = ("measured", "unit")
+UNIT_COST_NS = 1_000
+
+
 def plan(step: Callable, holders: Holders, args: tuple, budget_bytes: int | None, ratio: float | None,
-         policy: str, runtime: str, repeat: int = 1) -> Plan:
+         policy: str, runtime: str, repeat: int = 1, costs: str = "measured") -> Plan:
     """Trace, lower (one measured pass), simulate with the schedule emitted, check, rewrite."""
     clock = time.perf_counter_ns
     t0 = clock()
     graph = trace_step(step, holders, args)
     t1 = clock()
     inputs = list(args) + lifted_state(holders)
-    program, gmap = lower_graph(graph.gm, inputs, repeat=repeat)
+    program, gmap = lower_graph(graph.gm, inputs, repeat=repeat,
+                                unit_cost_ns=UNIT_COST_NS if costs == "unit" else None)
     t2 = clock()
     budget = budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
     result, schedule = simulate_schedule(program, budget, policy, runtime)
@@ -80,10 +88,11 @@ class StagedStep:
     `plans`) when the state's structure changes, as after an optimizer's first step makes its state."""
 
     def __init__(self, step: Callable, holders: Holders, budget_bytes: int | None, ratio: float | None,
-                 policy: str, runtime: str, args: tuple) -> None:
+                 policy: str, runtime: str, args: tuple, costs: str = "measured") -> None:
         self.step, self.holders = step, holders
         self.budget_bytes, self.ratio, self.policy, self.runtime = budget_bytes, ratio, policy, runtime
-        self.plans: list[Plan] = [plan(step, holders, args, budget_bytes, ratio, policy, runtime)]
+        self.costs = costs
+        self.plans: list[Plan] = [plan(step, holders, args, budget_bytes, ratio, policy, runtime, costs=costs)]
 
     @property
     def plan(self) -> Plan:
@@ -92,7 +101,7 @@ class StagedStep:
     def _current(self, args: tuple) -> Plan:
         if structure_key(self.holders, args) != self.plan.graph.key:
             self.plans.append(plan(self.step, self.holders, args, self.budget_bytes, self.ratio,
-                                   self.policy, self.runtime))
+                                   self.policy, self.runtime, costs=self.costs))
         return self.plan
 
     def __call__(self, *args):
@@ -114,15 +123,17 @@ class StagedStep:
 
 def stage(step: Callable, *, budget_bytes: int | None = None, ratio: float | None = None,
           policy: str = DEFAULT_POLICY, runtime: str = DEFAULT_RUNTIME, args: tuple = (),
-          modules=None, optimizers=None) -> StagedStep:
+          modules=None, optimizers=None, costs: str = "measured") -> StagedStep:
     """Stage `step` (a callable running one training step: forward, backward, optimizer update) under
     `budget_bytes`, or `ratio` of its own unconstrained peak, or unbounded (neither). `args`: example
     tensors the step takes (its batch); the modules and optimizers it works on are found by
     find_holders unless given. Raises NotStageable (a step that cannot be traced whole) or
-    StagingOutOfMemory (one that does not fit), each one line."""
+    StagingOutOfMemory (one that does not fit), each one line. `costs`: one of COSTS."""
     if budget_bytes is not None and ratio is not None:
         raise UsageError("give at most one of budget_bytes and ratio")
     if budget_bytes is not None:
         check_budget_bytes(budget_bytes, "budget_bytes")
+    if costs not in COSTS:
+        raise UsageError(f"costs must be one of {', '.join(COSTS)}, not {costs!r}")
     holders = find_holders(step, modules, optimizers)
-    return StagedStep(step, holders, budget_bytes, ratio, policy, runtime, tuple(args))
+    return StagedStep(step, holders, budget_bytes, ratio, policy, runtime, tuple(args), costs)
