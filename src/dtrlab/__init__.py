@@ -1,2 +1,10 @@
 """dtrlab: a toolkit for studying Dynamic Tensor Rematerialization."""
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # dtrlab.stage loads torch: only on first use, so the CLI and the simulator never pay for it.
+    if name == "stage":
+        from .staged.stage import stage
+        return stage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -424,7 +424,7 @@ def traces_remove(name: str = typer.Argument(..., metavar="NAME", help="The set 
 # Each of these modules, when present, adds its commands with `register(app)`.
 EXTENSIONS = ("dtrlab.sweep.commands", "dtrlab.analysis.commands", "dtrlab.report.commands",
               "dtrlab.capture.commands", "dtrlab.timeline.commands", "dtrlab.live.commands",
-              "dtrlab.schedule.commands", "dtrlab.optimal.commands")
+              "dtrlab.schedule.commands", "dtrlab.optimal.commands", "dtrlab.staged.commands")
 
 
 def _register_extensions(target: typer.Typer, names: tuple[str, ...] = EXTENSIONS) -> None:

@@ -1,0 +1,111 @@
+"""The `dtrlab stage` command, added to the CLI by `register(app)`: stage a zoo model's or a user's step
+under a budget, run it beside the plain step, and print the staging time apart from the per-step time.
+
+A thin layer over dtrlab.stage: torch is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import List, Optional
+
+import typer
+
+from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, make_step
+from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
+from ..errors import UsageError
+from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT
+from ..output import print_json
+
+OPTIMIZERS = ("none", "sgd", "adam")
+
+
+def _world(model, script, batch, device, size, optimizer: str, seed: int):
+    """The step as the command names it, made from `seed`, with the optimizer's update added after it."""
+    import torch
+
+    torch.manual_seed(seed)
+    step, label, _ = make_step(model, script, batch, device, size)
+    if optimizer == "none":
+        return step, label
+    if not hasattr(step, "model"):
+        raise UsageError(f"--optimizer {optimizer} needs the step's model as step.model")
+    opt = (torch.optim.SGD(step.model.parameters(), lr=0.01, momentum=0.9) if optimizer == "sgd"
+           else torch.optim.Adam(step.model.parameters(), lr=1e-3))
+
+    def full():
+        step()
+        opt.step()
+    full.model, full.optimizer = step.model, opt
+    return full, label
+
+
+def _median_s(fn, steps: int) -> float:
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def stage_command(
+    model: Optional[str] = MODEL_ARG,
+    script: Optional[str] = SCRIPT_OPT,
+    batch: Optional[int] = BATCH_OPT,
+    device: str = DEVICE_OPT,
+    size: Optional[List[str]] = SIZE_OPT,
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
+    policy: str = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="The simulator's eviction policy."),
+    optimizer: str = typer.Option("none", "--optimizer", help="An update added after the step: none, sgd "
+                                                              "(momentum 0.9) or adam."),
+    steps: int = typer.Option(5, "--steps", help="Steps timed, plain and staged (medians)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of torch (the model's weights, dropout)."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Stage one training step under a budget (trace, simulate, rewrite) and time it against the plain step."""
+    if optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    import torch
+
+    from .stage import stage
+
+    plain, label = _world(model, script, batch, device, size, optimizer, seed)
+    step, _ = _world(model, script, batch, device, size, optimizer, seed)
+    # The same seed before each side's steps: dropout draws the same numbers in both.
+    torch.manual_seed(seed + 1)
+    t0 = time.perf_counter()
+    staged = stage(step, budget_bytes=budget_bytes, ratio=ratio, policy=policy, runtime=DEFAULT_RUNTIME)
+    staged()  # a step that makes state (an optimizer's first) plans again: both plans are staging time
+    staging_s = time.perf_counter() - t0
+    staged_s = _median_s(staged, steps)
+    _, measured = staged.measured()
+    torch.manual_seed(seed + 1)
+    plain()
+    plain_s = _median_s(plain, steps)
+    plain()
+    same = all(torch.equal(a, b) for a, b in zip(plain.model.state_dict().values(), step.model.state_dict().values())) \
+        if hasattr(plain, "model") else None
+    p = staged.plan
+    summary = {"model": label, "device": device, "policy": policy, "optimizer": optimizer,
+               "budget_bytes": p.budget_bytes, "ratio": ratio, "plans": len(staged.plans),
+               "staging_s": round(staging_s, 3),
+               "last_plan_ms": {k.removesuffix("_ns"): round(v / 1e6, 1) for k, v in p.times_ns.items()},
+               "plain_step_ms": round(plain_s * 1e3, 3), "staged_step_ms": round(staged_s * 1e3, 3),
+               "wall_overhead": round(staged_s / plain_s, 3), "simulated_overhead": round(p.replay.overhead, 4),
+               "recomputations": p.replay.n_recompute, "simulated_peak_bytes": p.replay.peak_bytes,
+               "measured_peak_bytes": measured.peak_bytes, "rng_state_bytes": measured.rng_bytes,
+               "state_equals_plain": same}
+    if as_json:
+        print_json(summary)
+        return
+    for key, value in summary.items():
+        typer.echo(f"{key:22} {value}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stage")(stage_command)

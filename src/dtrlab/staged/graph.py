@@ -1,0 +1,315 @@
+"""The whole-step graph: a user's training step (forward, backward, optimizer update) traced once into
+one functional aten-level FX graph, with parameters, buffers, gradients and optimizer state lifted to inputs and outputs.
+
+Owns the tracing (make_fx on fake tensors, then functionalization), what it refuses, and how the
+graph's outputs are written back into the step's modules and optimizers (docs/staged.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from ..errors import DtrlabError
+
+
+class NotStageable(DtrlabError):
+    """A step dtrlab cannot trace whole, said in one line (it refuses rather than stage it wrong)."""
+
+
+# Where a graph output goes after a step: into a lifted input (written in place), a parameter's
+# .grad, an optimizer's state entry, or the step's own return value.
+INPUT, GRAD, STATE, RETURN = "input", "grad", "state", "return"
+
+
+@dataclass(frozen=True)
+class Holders:
+    """What a step's state lives in: its modules and optimizers."""
+
+    modules: tuple[nn.Module, ...]
+    optimizers: tuple[torch.optim.Optimizer, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class StepGraph:
+    """A traced step. gm takes `len(inputs)` tensors (the step's arguments, then the lifted state)
+    and returns a flat list; sinks[i] says where output i goes; ret_spec rebuilds the step's return."""
+
+    gm: torch.fx.GraphModule
+    n_args: int
+    sinks: tuple[tuple, ...]
+    ret_spec: Any
+    key: tuple  # the state's structure it was traced for (structure_key)
+
+
+def find_holders(step: Callable, modules=None, optimizers=None) -> Holders:
+    """The modules and optimizers a step works on: those given, else the step's `model` / `optimizer`
+    attributes and the modules and optimizers its code names (closure variables and globals)."""
+    found: list = []
+    if modules is None or optimizers is None:
+        found += [getattr(step, a) for a in ("model", "optimizer", "modules", "optimizers") if hasattr(step, a)]
+        try:
+            cv = inspect.getclosurevars(step)
+            found += list(cv.nonlocals.values()) + list(cv.globals.values())
+        except TypeError:  # not a Python function (a callable object): only its attributes
+            pass
+    flat = []
+    for x in found:
+        flat += list(x) if isinstance(x, (list, tuple)) else [x]
+    mods = list(modules) if modules is not None else [x for x in flat if isinstance(x, nn.Module)]
+    opts = list(optimizers) if optimizers is not None else [x for x in flat if isinstance(x, torch.optim.Optimizer)]
+    return Holders(tuple({id(m): m for m in mods}.values()), tuple({id(o): o for o in opts}.values()))
+
+
+def _params(holders: Holders) -> list[torch.Tensor]:
+    """Every parameter once: the modules', then the optimizers' own (raw tensors an optimizer holds)."""
+    seen: dict[int, torch.Tensor] = {}
+    for m in holders.modules:
+        for p in m.parameters():
+            seen.setdefault(id(p), p)
+    for o in holders.optimizers:
+        for g in o.param_groups:
+            for p in g["params"]:
+                seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+def lifted_state(holders: Holders) -> list[torch.Tensor]:
+    """The tensors a step reads and may write, in a fixed order: parameters, buffers, existing
+    gradients, optimizer state; each once."""
+    seen: dict[int, torch.Tensor] = {}
+    params = _params(holders)
+    for p in params:
+        seen.setdefault(id(p), p)
+    for m in holders.modules:
+        for b in m.buffers():
+            seen.setdefault(id(b), b)
+    for p in params:
+        if p.grad is not None:
+            seen.setdefault(id(p.grad), p.grad)
+    for o in holders.optimizers:
+        for p in _opt_params(o):
+            for v in o.state.get(p, {}).values():
+                if isinstance(v, torch.Tensor):
+                    seen.setdefault(id(v), v)
+    return list(seen.values())
+
+
+def _opt_params(o: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for g in o.param_groups for p in g["params"]]
+
+
+def structure_key(holders: Holders, args: tuple) -> tuple:
+    """What a traced graph is specific to: every lifted tensor's shape, strides and dtype, which
+    parameters have a gradient, which state entries each optimizer holds, the arguments' shapes."""
+    def sig(t):
+        return (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad)
+    state = tuple(sig(t) for t in lifted_state(holders))
+    grads = tuple(p.grad is not None for p in _params(holders))
+    opt = tuple(tuple(tuple(sorted(o.state.get(p, {}))) for p in _opt_params(o)) for o in holders.optimizers)
+    hyper = tuple(tuple(tuple(sorted((k, repr(v)) for k, v in g.items() if k != "params")) for g in o.param_groups)
+                  for o in holders.optimizers)
+    argsig = tuple(sig(a) if isinstance(a, torch.Tensor) else ("value", repr(a)) for a in args)
+    return state, grads, opt, hyper, argsig
+
+
+@contextlib.contextmanager
+def _swapped(holders: Holders, fake_of: dict[int, torch.Tensor]):
+    """The modules' parameters and buffers, the gradients and the optimizers' params and state
+    replaced by their stand-ins for the duration of a trace, and put back after."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    params = _params(holders)
+    grads = {id(p): p.grad for p in params}
+    saved_groups = [[list(g["params"]) for g in o.param_groups] for o in holders.optimizers]
+    saved_state = [o.state for o in holders.optimizers]
+    with contextlib.ExitStack() as stack:
+        for m in holders.modules:
+            mapping = {n: fake_of[id(t)] for n, t in list(m.named_parameters(remove_duplicate=False))
+                       + list(m.named_buffers(remove_duplicate=False))}
+            stack.enter_context(_reparametrize_module(m, mapping))
+        try:
+            for p in params:
+                g = grads[id(p)]
+                fake_of[id(p)].grad = None if g is None else fake_of[id(g)]
+            for o in holders.optimizers:
+                state = defaultdict(dict)
+                for p in _opt_params(o):
+                    if p in o.state:
+                        state[fake_of[id(p)]] = {k: fake_of.get(id(v), v) if isinstance(v, torch.Tensor) else v
+                                                 for k, v in o.state[p].items()}
+                for g in o.param_groups:
+                    g["params"] = [fake_of[id(p)] for p in g["params"]]
+                o.state = state
+            yield
+        finally:
+            for o, groups, state in zip(holders.optimizers, saved_groups, saved_state):
+                for g, ps in zip(o.param_groups, groups):
+                    g["params"] = ps
+                o.state = state
+
+
+def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    # native_batch_norm writes the running statistics without its schema saying so, which
+    # functionalization cannot see; _native_batch_norm_legit says it (the same CPU and CUDA kernels).
+    if running_mean is None or running_var is None:
+        return torch.ops.aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+    return torch.ops.aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var,
+                                                           training, momentum, eps)
+
+
+_HONEST_SCHEMAS = {torch.ops.aten.native_batch_norm.default: _batch_norm}
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else type(exc).__name__
+    data_dependent = ("data-dependent", "data dependent", "GuardOnDataDependent", "_local_scalar_dense",
+                      "DataDependentOutput")
+    if any(w in f"{type(exc).__name__} {first}" for w in data_dependent):
+        return ("a value read from a tensor (.item(), a tensor in an `if` or a loop bound) decides what the step "
+                "does, so no one graph holds every step; run it with the live runtime (dtrlab run)")
+    return f"{type(exc).__name__}: {first[:200]}"
+
+
+def trace_step(step: Callable, holders: Holders, args: tuple = ()) -> StepGraph:
+    """Trace `step(*args)` with its holders' state lifted: make_fx on fake tensors (static shapes, a
+    shape environment so that Python scalars read from tensors, as Adam's step count, stay symbolic
+    and become graph nodes), then functionalized, so that every value is written once."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    key = structure_key(holders, args)
+    state = lifted_state(holders)
+    if any(not isinstance(a, torch.Tensor) for a in args):
+        raise NotStageable("a staged step's arguments must be tensors (other values belong in its closure)")
+    inputs = list(args) + state
+    n_args = len(args)
+    params = _params(holders)
+    sinks: list[tuple] = []
+    spec_box: list = []
+    opt_params = [(o, _opt_params(o)) for o in holders.optimizers]
+    python_state = {(id(o), id(p), k): v for o in holders.optimizers for p in _opt_params(o)
+                    for k, v in o.state.get(p, {}).items() if not isinstance(v, torch.Tensor)}
+
+    def run(*flat):
+        fake_of = {id(real): fake for real, fake in zip(inputs, flat)}
+        with _swapped(holders, fake_of):
+            ret = step(*flat[:n_args])
+            leaves, spec = pytree.tree_flatten(ret)
+            if any(not isinstance(x, torch.Tensor) for x in leaves if x is not None):
+                raise NotStageable("the step returns a value that is not a tensor; return tensors (or nothing)")
+            outs, sinks[:] = [], []
+            for i, x in enumerate(leaves):
+                if x is not None:
+                    outs.append(x)
+                    sinks.append((RETURN, i))
+            spec_box[:] = [(spec, len(leaves))]
+            for k in range(n_args, len(inputs)):
+                outs.append(flat[k])
+                sinks.append((INPUT, k))
+            for p in params:
+                g = fake_of[id(p)].grad
+                if g is not None:
+                    outs.append(g)
+                sinks.append((GRAD, p, g is not None))
+            for o, ops in opt_params:
+                for p in ops:
+                    for name, v in o.state.get(fake_of[id(p)], {}).items():
+                        if isinstance(v, torch.Tensor) and not any(v is f for f in flat):
+                            outs.append(v)
+                            sinks.append((STATE, o, p, name))
+                        elif not isinstance(v, torch.Tensor) and python_state.get((id(o), id(p), name)) != v:
+                            raise NotStageable(f"the optimizer keeps a Python value ({name!r}) that the step "
+                                               "changes; only tensor state can be staged")
+            return outs
+
+    def fakes(mode, grad: bool):
+        out = []
+        for t in inputs:
+            f = mode.from_tensor(t.detach(), static_shapes=True)
+            out.append(f.requires_grad_() if grad and t.requires_grad and t.is_leaf else f)
+        return out
+
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    try:
+        gm = make_fx(run, decomposition_table=_HONEST_SCHEMAS, tracing_mode="fake",
+                     _allow_non_fake_inputs=True)(*fakes(mode, True))
+    except NotStageable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever stops the trace is said as the reason
+        raise NotStageable(f"the step cannot be traced whole: {_why(exc)}") from None
+    mode2 = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    try:
+        fgm = make_fx(torch.func.functionalize(gm, remove="mutations"), tracing_mode="fake",
+                      _allow_non_fake_inputs=True)(*fakes(mode2, False))
+    except Exception as exc:  # noqa: BLE001
+        raise NotStageable(f"the step's graph cannot be made functional: {_why(exc)}") from None
+    _clean(fgm, len(inputs))
+    _refuse_unlifted(fgm)
+    return StepGraph(fgm, n_args, tuple(sinks), spec_box[0], key)
+
+
+def _clean(gm: torch.fx.GraphModule, n_inputs: int) -> None:
+    """Drop the profiler's markers; turn functionalization's write-backs into the inputs (copy_ at the
+    end) into plain outputs (the caller writes them back after the step); refuse any write left."""
+    g = gm.graph
+    for node in reversed(list(g.nodes)):  # in reverse: an exit marker goes before the enter it uses
+        if node.op == "call_function" and str(node.target).startswith("profiler."):
+            g.erase_node(node)
+    placeholders = [n for n in g.nodes if n.op == "placeholder"]
+    for node in list(g.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default \
+                and node.args[0] in placeholders:
+            node.replace_all_uses_with(node.args[1])
+            g.erase_node(node)
+    for node in g.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and node.target._schema.is_mutable:
+            raise NotStageable(f"the step writes in place ({node.target}) where functionalization cannot "
+                               "turn the write into a new value")
+    g.lint()
+    gm.recompile()
+
+
+def _refuse_unlifted(gm: torch.fx.GraphModule) -> None:
+    """A tensor the graph holds as a constant is read as it is at each step (by reference): a parameter
+    or buffer there means state the trace did not lift, which a staged step would not update."""
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if isinstance(value, nn.Parameter) or (isinstance(value, torch.Tensor) and value.requires_grad):
+                raise NotStageable(f"the step reads a parameter of shape {tuple(value.shape)} that belongs to no "
+                                   "module or optimizer dtrlab found: pass modules=[...] / optimizers=[...] "
+                                   "or set step.model / step.optimizer")
+
+
+def write_back(graph: StepGraph, inputs: list[torch.Tensor], outs: list) -> Any:
+    """Put a step's outputs where the eager step leaves them; return the step's own return value."""
+    ret_leaves: list = [None] * graph.ret_spec[1]
+    values = iter(outs)
+    for sink in graph.sinks:
+        kind = sink[0]
+        if kind == GRAD:
+            sink[1].grad = next(values) if sink[2] else None
+            continue
+        value = next(values)
+        if kind == INPUT:
+            target = inputs[sink[1]]
+            if value is not target:
+                with torch.no_grad():
+                    target.copy_(value)
+        elif kind == STATE:
+            _, o, p, name = sink
+            o.state[p][name] = value
+        else:
+            ret_leaves[sink[1]] = value
+    return pytree.tree_unflatten(ret_leaves, graph.ret_spec[0])

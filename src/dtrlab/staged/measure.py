@@ -1,0 +1,58 @@
+"""The real peak of a staged step: the bytes of the live storages, counted by identity after every
+node as the graph runs, apart from any model (the measurement behind docs/staged.md's claims).
+
+Owns only the counting; it runs the same graph the staged step runs, through FX's interpreter, which
+drops each value after its last use as the generated code does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.fx import GraphModule, Interpreter
+from torch.utils import _pytree as pytree
+
+
+@dataclass(frozen=True)
+class MeasuredPeak:
+    """peak_bytes: the most bytes of distinct live storages at once (inputs, held values and the
+    node's results, while the node's arguments are still held); rng_bytes: of those, at the peak,
+    the saved generator states that random recomputations replay."""
+
+    peak_bytes: int
+    rng_bytes: int
+
+
+class _Counter(Interpreter):
+    def __init__(self, gm: GraphModule) -> None:
+        super().__init__(gm, garbage_collect_values=True)
+        self.peak = self.peak_rng = 0
+
+    def run_node(self, n):
+        # The generated code drops a value no node uses right after making it; the interpreter
+        # keeps it, so it is dropped here, before the next node runs.
+        for dead in [k for k in self.env if not k.users and k.op != "placeholder"]:
+            del self.env[dead]
+        result = super().run_node(n)
+        live: dict = {}
+        rng: set = set()
+        for node, value in list(self.env.items()) + [(n, result)]:
+            for x in pytree.tree_leaves(value):
+                if isinstance(x, torch.Tensor):
+                    s = x.untyped_storage()
+                    live[(s.device, s.data_ptr())] = s.nbytes()
+                    if node.op == "call_function" and getattr(node.target, "__name__", "") == "save_rng":
+                        rng.add((s.device, s.data_ptr()))
+        total = sum(live.values())
+        if total > self.peak:
+            self.peak = total
+            self.peak_rng = sum(live[k] for k in rng)
+        return result
+
+
+def measure_peak(gm: GraphModule, inputs: list) -> tuple[list, MeasuredPeak]:
+    """Run `gm` on `inputs` counting live storages; its outputs and the peak."""
+    counter = _Counter(gm)
+    outs = counter.run(*inputs)
+    return outs, MeasuredPeak(counter.peak, counter.peak_rng)

@@ -1,0 +1,139 @@
+"""dtrlab.stage: a training step planned once under a memory budget and run again and again as one
+rewritten graph, with DTR's recomputations and frees compiled in.
+
+Owns the staging pipeline (trace, lower, simulate, check, rewrite) and the staged callable; it reads
+the simulation only as a Schedule (dtrlab.schedule) and the public simulate API.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
+from ..errors import DtrlabError, UsageError
+from ..schedule.check import Replay, check_schedule
+from ..schedule.emit import simulate_schedule
+from ..sim.result import OK, RunResult
+from ..sim.simulate import baseline, budget_from_ratio, check_budget_bytes
+from ..trace.lower import Program
+from .graph import Holders, StepGraph, find_holders, lifted_state, structure_key, trace_step, write_back
+from .lower import GraphMap, lower_graph
+from .measure import MeasuredPeak, measure_peak
+from .rewrite import rewrite
+
+
+class StagingOutOfMemory(DtrlabError):
+    """The simulation of the step under the budget runs out of memory: no schedule to stage."""
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """One staging: the traced graph, its Program, the run and schedule the simulator made, the
+    checker's replay of it, the rewritten GraphModule, and where the staging time went (ns)."""
+
+    graph: StepGraph
+    program: Program
+    gmap: GraphMap
+    budget_bytes: int | None
+    result: RunResult
+    schedule: Any
+    replay: Replay
+    module: torch.fx.GraphModule
+    times_ns: dict
+
+
+# How a staged step's operators are costed for the simulation: "measured" by one timed pass of the
+# graph (what decides a real budget), or "unit" (every operator UNIT_COST_NS: decisions that do not
+# depend on the machine's timing, for reproducible plans and tests).
+COSTS = ("measured", "unit")
+UNIT_COST_NS = 1_000
+
+
+def plan(step: Callable, holders: Holders, args: tuple, budget_bytes: int | None, ratio: float | None,
+         policy: str, runtime: str, repeat: int = 1, costs: str = "measured") -> Plan:
+    """Trace, lower (one measured pass), simulate with the schedule emitted, check, rewrite."""
+    clock = time.perf_counter_ns
+    t0 = clock()
+    graph = trace_step(step, holders, args)
+    t1 = clock()
+    inputs = list(args) + lifted_state(holders)
+    program, gmap = lower_graph(graph.gm, inputs, repeat=repeat,
+                                unit_cost_ns=UNIT_COST_NS if costs == "unit" else None)
+    t2 = clock()
+    budget = budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
+    result, schedule = simulate_schedule(program, budget, policy, runtime)
+    if result.outcome != OK:
+        peak = baseline(program).peak_bytes
+        raise StagingOutOfMemory(
+            f"the step does not fit in {budget:,} B under {result.policy}/{result.runtime}: the simulation "
+            f"stops ({result.outcome}) after {len(schedule)} events; its unconstrained peak is {peak:,} B "
+            f"(ratio {budget / peak:.3f}), and its inputs and state alone take "
+            f"{int(program.storage_size_bytes[program.op_constant[program.tensor_op[program.storage_root]]].sum()):,} B")
+    t3 = clock()
+    replay = check_schedule(program, schedule, budget)
+    t4 = clock()
+    module = rewrite(graph.gm, program, gmap, schedule)
+    t5 = clock()
+    times = {"trace_ns": t1 - t0, "lower_ns": t2 - t1, "simulate_ns": t3 - t2, "check_ns": t4 - t3,
+             "rewrite_ns": t5 - t4, "total_ns": t5 - t0}
+    return Plan(graph, program, gmap, budget, result, schedule, replay, module, times)
+
+
+class StagedStep:
+    """A step staged under a budget: call it as the step itself. It plans again (and counts it in
+    `plans`) when the state's structure changes, as after an optimizer's first step makes its state."""
+
+    def __init__(self, step: Callable, holders: Holders, budget_bytes: int | None, ratio: float | None,
+                 policy: str, runtime: str, args: tuple, costs: str = "measured") -> None:
+        self.step, self.holders = step, holders
+        self.budget_bytes, self.ratio, self.policy, self.runtime = budget_bytes, ratio, policy, runtime
+        self.costs = costs
+        self.plans: list[Plan] = [plan(step, holders, args, budget_bytes, ratio, policy, runtime, costs=costs)]
+
+    @property
+    def plan(self) -> Plan:
+        return self.plans[-1]
+
+    def _current(self, args: tuple) -> Plan:
+        if structure_key(self.holders, args) != self.plan.graph.key:
+            self.plans.append(plan(self.step, self.holders, args, self.budget_bytes, self.ratio,
+                                   self.policy, self.runtime, costs=self.costs))
+        return self.plan
+
+    def __call__(self, *args):
+        p = self._current(args)
+        inputs = list(args) + lifted_state(self.holders)
+        # The graph is the backward already: autograd recording it would keep every value it saves alive.
+        with torch.no_grad():
+            outs = p.module(*inputs)
+        return write_back(p.graph, inputs, outs)
+
+    def measured(self, *args) -> tuple[Any, MeasuredPeak]:
+        """One step run under the peak counter (measure.py): its return value and the real peak."""
+        p = self._current(args)
+        inputs = list(args) + lifted_state(self.holders)
+        with torch.no_grad():
+            outs, peak = measure_peak(p.module, inputs)
+        return write_back(p.graph, inputs, outs), peak
+
+
+def stage(step: Callable, *, budget_bytes: int | None = None, ratio: float | None = None,
+          policy: str = DEFAULT_POLICY, runtime: str = DEFAULT_RUNTIME, args: tuple = (),
+          modules=None, optimizers=None, costs: str = "measured") -> StagedStep:
+    """Stage `step` (a callable running one training step: forward, backward, optimizer update) under
+    `budget_bytes`, or `ratio` of its own unconstrained peak, or unbounded (neither). `args`: example
+    tensors the step takes (its batch); the modules and optimizers it works on are found by
+    find_holders unless given. Raises NotStageable (a step that cannot be traced whole) or
+    StagingOutOfMemory (one that does not fit), each one line. `costs`: one of COSTS."""
+    if budget_bytes is not None and ratio is not None:
+        raise UsageError("give at most one of budget_bytes and ratio")
+    if budget_bytes is not None:
+        check_budget_bytes(budget_bytes, "budget_bytes")
+    if costs not in COSTS:
+        raise UsageError(f"costs must be one of {', '.join(COSTS)}, not {costs!r}")
+    holders = find_holders(step, modules, optimizers)
+    return StagedStep(step, holders, budget_bytes, ratio, policy, runtime, tuple(args), costs)

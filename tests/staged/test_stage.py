@@ -1,0 +1,166 @@
+"""dtrlab.stage against plain PyTorch: a staged step's parameters, gradients, buffers, optimizer state
+and loss bitwise equal to the eager step's from the same state; the rewrite runs the schedule's
+computations in its order; the real peak, counted by storage identity, within the model's and the budget."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import dtrlab  # noqa: E402
+from dtrlab.capture.zoo import ZOO  # noqa: E402
+from dtrlab.schedule.format import COMPUTE  # noqa: E402
+from dtrlab.staged import NotStageable, StagingOutOfMemory  # noqa: E402
+
+
+def mlp_world(seed: int = 0, optimizer: str = "adam"):
+    """A user-style step: an MLP with batch norm and dropout, MSE, Adam (or SGD with momentum);
+    activations fill most of the peak, so low ratios leave room to recompute."""
+    torch.manual_seed(seed)
+    layers = [nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Dropout(0.3)]
+    for _ in range(4):
+        layers += [nn.Linear(64, 64), nn.Tanh(), nn.Dropout(0.2)]
+    model = nn.Sequential(*layers, nn.Linear(64, 4))
+    opt = (torch.optim.Adam(model.parameters(), lr=1e-2) if optimizer == "adam"
+           else torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    x, y = torch.randn(1024, 16), torch.randn(1024, 4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step, model, opt
+
+
+def snapshot(model, opt) -> list:
+    params = list(model.parameters())
+    return ([p.detach().clone() for p in params] + [b.clone() for b in model.buffers()]
+            + [p.grad for p in params] + [v for p in params for _, v in sorted(opt.state[p].items())])
+
+
+def assert_bitwise(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for i, (u, v) in enumerate(zip(a, b)):
+        assert u.dtype == v.dtype and u.shape == v.shape and torch.equal(u, v), f"tensor {i} differs"
+        # the staged graph runs without autograd recording it (which would also keep what it saves alive)
+        assert u.requires_grad == v.requires_grad, f"tensor {i}: requires_grad differs"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ratio,costs", [(1.0, "measured"), (0.7, "unit"), (0.5, "unit")])
+def test_mlp_adam_staged_is_bitwise_the_eager_step(ratio, costs):
+    # Below 1, unit costs: measured ones make the decisions (and whether 0.5 fits) the machine's timing's.
+    plain, pm, po = mlp_world()
+    step, sm, so = mlp_world()
+    torch.manual_seed(7)
+    staged = dtrlab.stage(step, ratio=ratio, costs=costs)
+    torch.manual_seed(7)
+    plain_losses = [plain() for _ in range(3)]
+    torch.manual_seed(7)
+    staged_losses = [staged() for _ in range(3)]
+    assert_bitwise([x.detach() for x in plain_losses], staged_losses)
+    assert_bitwise(snapshot(pm, po), snapshot(sm, so))
+    # Adam makes its state in the first step: one more plan, then the same graph for every later step.
+    assert len(staged.plans) == 2
+    p = staged.plan
+    if ratio < 1:
+        assert p.replay.n_recompute > 0
+    if ratio <= 0.5:
+        # dropout's masks are recomputed, each from its first computation's generator state
+        assert any(str(n.target).startswith("<function replay_rng") or getattr(n.target, "__name__", "").startswith(
+            "replay_rng") for n in p.module.graph.nodes)
+
+
+@pytest.mark.slow
+def test_the_measured_peak_is_within_the_model_and_the_budget():
+    step, model, opt = mlp_world()
+    staged = dtrlab.stage(step, ratio=0.5, costs="unit")
+    staged()  # the second plan, with Adam's state
+    for _ in range(2):
+        _, measured = staged.measured()
+        p = staged.plan
+        assert measured.peak_bytes - measured.rng_bytes <= p.replay.peak_bytes <= p.budget_bytes
+        assert p.replay.peak_bytes == p.result.peak_bytes
+
+
+def test_the_rewritten_graph_runs_the_schedules_computations_in_its_order():
+    step, model, opt = mlp_world(optimizer="sgd")
+    staged = dtrlab.stage(step, ratio=0.5, costs="unit")
+    p = staged.plan
+    constant = p.program.op_constant
+    expected = [x for k, x in zip(p.schedule.kind.tolist(), p.schedule.target.tolist())
+                if k == COMPUTE and not constant[x]]
+    ran = [n.meta["dtrlab_op"] for n in p.module.graph.nodes if "dtrlab_op" in n.meta]
+    assert ran == expected
+    assert len(ran) - len(set(ran)) == p.replay.n_recompute > 0
+
+
+def test_a_budget_the_simulation_cannot_meet_is_one_line():
+    step, model, opt = mlp_world()
+    before = [t.clone() for t in model.parameters()]
+    with pytest.raises(StagingOutOfMemory) as err:
+        dtrlab.stage(step, ratio=0.05, costs="unit")
+    assert "\n" not in str(err.value) and "does not fit" in str(err.value)
+    assert_bitwise(before, list(model.parameters()))
+
+
+def test_a_step_whose_branch_reads_a_tensor_is_refused_in_one_line():
+    step, model, opt = mlp_world()
+    x = torch.randn(8, 16)
+
+    def branching():
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        loss = out.sum() if out.mean().item() > 0 else -out.sum()
+        loss.backward()
+        opt.step()
+    branching.model, branching.optimizer = model, opt
+    before = [t.clone() for t in model.parameters()]
+    with pytest.raises(NotStageable) as err:
+        dtrlab.stage(branching)
+    assert "\n" not in str(err.value) and "live runtime" in str(err.value)
+    assert_bitwise(before, list(model.parameters()))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def zoo_world(name: str, seed: int = 0):
+    """A zoo model's step at its `small` sizes with SGD (momentum 0.9) after the backward."""
+    torch.manual_seed(seed)
+    step = ZOO[name].make(**ZOO[name].small)
+    opt = torch.optim.SGD(step.model.parameters(), lr=0.1, momentum=0.9)
+
+    def full():
+        step()
+        opt.step()
+    full.model, full.optimizer = step.model, opt
+    return full, step.model, opt
+
+
+# (model, ratio): every model unbounded; the two whose activations leave room at these sizes below 1,
+# on unit costs (measured ones make whether DenseNet fits 0.7 the machine's timing's).
+ZOO_CASES = [(name, 1.0) for name in ZOO] + [("unet", 0.7), ("densenet", 0.85)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,ratio", ZOO_CASES)
+def test_zoo_models_with_sgd_momentum_staged_are_bitwise_the_eager_step(name, ratio):
+    plain, pm, po = zoo_world(name)
+    step, sm, so = zoo_world(name)
+    torch.manual_seed(3)
+    staged = dtrlab.stage(step, ratio=ratio, costs="unit")
+    torch.manual_seed(3)
+    for _ in range(3):
+        plain()
+    torch.manual_seed(3)
+    for _ in range(3):
+        staged()
+    assert_bitwise(snapshot(pm, po), snapshot(sm, so))
+    p = staged.plan
+    assert (p.replay.n_recompute > 0) == (ratio < 1)
+    _, measured = staged.measured()
+    assert measured.peak_bytes - measured.rng_bytes <= p.replay.peak_bytes <= p.budget_bytes
