@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import DtrlabError
+from ..sim.result import OK, run_overhead
 from ..sim.simulate import check_budget_bytes
 from ..trace.lower import PIN, Program
 from .format import COMPUTE, FREE, Schedule
@@ -33,11 +34,13 @@ class ScheduleError(DtrlabError):
 @dataclass(frozen=True)
 class Replay:
     """What a valid schedule costs: the peak of resident bytes (an operator's outputs counted while
-    it runs), the final clock (from 1, as the simulator's), overhead = clock_ns / compute_ns."""
+    it runs), the final clock (from 1, as the simulator's), overhead = clock_ns / compute_ns
+    (run_overhead's rule: None for a schedule checked as a prefix, complete=False, as an
+    unfinished run has none)."""
 
     peak_bytes: int
     clock_ns: int
-    overhead: float
+    overhead: float | None
     n_compute: int  # first computations
     n_recompute: int  # computations of an operator already computed once
     n_free: int
@@ -153,6 +156,6 @@ def check_schedule(program: Program, schedule: Schedule, budget_bytes: int | Non
                 raise ScheduleError(n, f"output tensor {program.tensor_names[t]!r} (storage {t_storage[t]}, made by "
                                        f"{op_text(int(program.tensor_op[t]))}) is not resident at the end", at_end=True)
     compute_ns = program.compute_ns
-    return Replay(peak_bytes=peak, clock_ns=clock, overhead=clock / compute_ns if compute_ns else math.nan,
+    return Replay(peak_bytes=peak, clock_ns=clock, overhead=run_overhead(OK, clock, compute_ns) if complete else None,
                   n_compute=next_op, n_recompute=n_recompute, n_free=n_free, remat_ns=remat_ns,
                   compute_ns=compute_ns)

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from typer.core import TyperGroup
 
+from ..formats import overhead_text
 from ..errors import UsageError
 from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, TRACE_OPT
 from ..output import console, print_json
@@ -62,7 +63,7 @@ def check_cmd(
     table.add_column("", justify="right")
     budget_text = "unbounded" if budget is None else f"{budget:,} B"
     rows = (("trace", program.name), ("made by", schedule.made_by), ("budget", f"{budget_text} ({out['budget_from']})"), ("peak", f"{replay.peak_bytes:,} B"),
-            ("clock", f"{replay.clock_ns:,} ns"), ("overhead", f"{replay.overhead:.6f}"),
+            ("clock", f"{replay.clock_ns:,} ns"), ("overhead", overhead_text(replay.overhead, 6)),
             ("events", f"{len(schedule):,}"), ("  first computations", f"{replay.n_compute:,}"),
             ("  recomputations", f"{replay.n_recompute:,} ({replay.remat_ns:,} ns)"),
             ("  frees", f"{replay.n_free:,}"))
