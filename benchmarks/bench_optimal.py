@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 import time
 from decimal import Decimal
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from dtrlab.sim.simulate import baseline, budget_from_ratio
 
     if args.smoke:
-        sys.path.insert(0, "tests/optimal")
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "optimal"))
         from brute import small_program
 
         programs = [small_program(7, 12)]
