@@ -358,3 +358,16 @@ def test_a_table_written_to_a_pipe_keeps_every_name_whole():
     for name in names:
         assert name in header
     assert "…" not in result.stdout
+
+
+def test_debug_prints_an_errors_details_after_its_traceback(capsys):
+    # `dtrlab --debug` is the one switch for more: a live step's difference from its plan keeps its
+    # full form in `details`, which only --debug prints
+    from dtrlab.cli import _show_cause
+    from dtrlab.live.mismatch import PlanMismatch
+
+    exc = PlanMismatch("the step differs from its plan", "instruction 7: the plan's call in full")
+    _show_cause(exc, debug=False)
+    assert "instruction 7" not in capsys.readouterr().err
+    _show_cause(exc, debug=True)
+    assert capsys.readouterr().err.rstrip().endswith("instruction 7: the plan's call in full")

@@ -61,6 +61,8 @@ def _show_cause(exc: DtrlabError, debug: bool) -> None:
 
     if debug:
         typer.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip(), err=True)
+        if getattr(exc, "details", ""):  # e.g. a live step's difference from its plan, in full
+            typer.echo(exc.details, err=True)
     elif getattr(exc, "frames", ""):
         typer.echo("Traceback of your code (most recent call last; dtrlab --debug shows every frame):\n"
                    + exc.frames.rstrip(), err=True)

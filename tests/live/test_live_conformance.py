@@ -151,6 +151,6 @@ def test_a_step_that_still_differs_names_the_user_s_line_and_the_likely_cause(mo
     assert len(line) < 200, line
     assert re.fullmatch(r"dtrlab: the step differs from its plan at test_live_conformance.py:\d+( \(torch.nn.*\))?: "
                         r"linalg_vector_norm here, _foreach_norm.Scalar in the plan \(PyTorch chose a foreach or "
-                        r"fused kernel in one run only\)( \(more: --debug\))?", line), line
+                        r"fused kernel in one run only\)( \(more: dtrlab --debug run \.\.\.\))?", line), line
     assert "Call(line=0, name='aten._foreach_norm.Scalar'" in info.value.details
     assert "in step: torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)" in info.value.details

@@ -135,7 +135,7 @@ def test_a_plan_of_another_step_is_refused():
     line = f"dtrlab: {info.value}"  # as the CLI prints it: the user's line, what differs, why
     assert re.fullmatch(r"dtrlab: the step differs from its plan at test_live_policy.py:\d+( \(.*\))?: 256 bytes "
                         r"here, 1,536 bytes in the plan \(a parameter or input of another size: the step made "
-                        r"at other sizes\?\)( \(more: --debug\))?", line) and len(line) < 200, line
+                        r"at other sizes\?\)( \(more: dtrlab --debug run \.\.\.\))?", line) and len(line) < 200, line
     step = _chain()
     short = record(_chain(n=2))  # another x: its own constant, then fewer operators
     with pytest.raises(PlanMismatch):

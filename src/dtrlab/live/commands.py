@@ -53,7 +53,6 @@ def run(
     check: bool = typer.Option(False, "--check",
                                help="After each live step, run a plain step from the same state and compare "
                                     "gradients, parameters, buffers and optimizer state bitwise."),
-    debug: bool = typer.Option(False, "--debug", help="Where the step differs from its plan, print the details."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run a real training step under a memory budget, evicting and rematerializing (DTR, live)."""
@@ -81,17 +80,11 @@ def run(
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
     step, label, _ = make_step(model, script, batch, device, size)
-    from .mismatch import PlanMismatch
     from .runs import run_live
 
-    try:
-        report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
-                          steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text,
-                          engine=engine.value, check=check)
-    except PlanMismatch as exc:
-        if debug:
-            typer.echo(exc.details, err=True)
-        raise
+    report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
+                      steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text,
+                      engine=engine.value, check=check)
     head = {"model": label, "device": device, "policy": policy, "clock": clock, "ratio": ratio,
             "engine": report.steps[0].engine, "threads": torch.get_num_threads(),
             "plan": plan or "captured", "budget_bytes": report.budget_bytes,

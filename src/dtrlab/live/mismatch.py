@@ -12,7 +12,7 @@ from .where import user_frame
 
 LINE_CHARS = 199  # the one line, the CLI's prefix included, stays under 200 characters
 PREFIX = "dtrlab: "
-DEBUG_HINT = " (more: --debug)"
+DEBUG_HINT = " (more: dtrlab --debug run ...)"
 # Kernels PyTorch picks by looking at its tensors (their types, devices, dtypes): one run taking
 # them and another not is a choice made differently, not another step.
 _PATH_CHOSEN = ("_foreach_", "_fused_")
