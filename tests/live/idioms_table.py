@@ -1,5 +1,5 @@
-"""Each idiom (idioms.py) through capture, simulate and the live runtime, its status in each, and
-docs/idioms.md's table of them.
+"""Each idiom (idioms.py) through capture, simulate, the live runtime and staging, its status in
+each, and docs/idioms.md's table of them.
 
 Owns what each status means, the checks behind it, and the table (made here, checked by
 tests/live/test_idioms.py). Regenerate the doc's table after a change in what runs:
@@ -8,7 +8,8 @@ tests/live/test_idioms.py). Regenerate the doc's table after a change in what ru
 
 Every run of an idiom starts from the same state: the rig made afresh (seeded), one plain warm-up
 step (optimizer state exists, as in `dtrlab run`), torch seeded again, then the step compared. The
-oracle is that step run plainly.
+oracle is that step run plainly. A staged run stages the step from that state (dtrlab.stage, unit
+costs), seeds torch again, and runs the staged step once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from dtrlab.live.plan import make_plan
 from dtrlab.live.runs import live_step, same_decisions, simulate_plan
 from dtrlab.live.session import LiveTensor
 from dtrlab.sim.simulate import baseline, budget_from_ratio, compiled_available
+from dtrlab.staged.graph import NotStageable
+# from the module: once it is imported, dtrlab.staged's attribute `stage` is the module, not the function
+from dtrlab.staged.stage import StagingOutOfMemory, stage
 from dtrlab.trace.read import Call, Mutate
 
 from idioms import BY_NAME, IDIOMS, Idiom, Rig, state_of
@@ -35,7 +39,9 @@ RATIOS = (1.0, 0.7, 0.4)
 POLICY = "dtr"
 STEP_SEED = 2  # torch's seed before the compared step (random operators draw from it)
 OK, OOM, FAILS = "ok", "oom", "fails"
-STAGED = "not yet run: the suite does not stage its idioms yet (dtrlab.stage, docs/staged.md)"
+REFUSED = "refused"  # staging only: NotStageable, the step cannot be traced whole (a one-line reason)
+NOTED = (FAILS, REFUSED)  # the kinds whose cell points to a note
+STAGED_COSTS = "unit"  # dtrlab.stage's costs: measured ones would make its decisions the machine's timing's
 OP_COST_NS = 1_000  # every operator's cost in the plan: measured times would make decisions vary by run
 NOTE_CHARS = 300  # a failure's first line is cut here in the doc (a plan's mismatch can run to 700)
 BEGIN, END = "<!-- idioms table: begin (generated) -->", "<!-- idioms table: end -->"
@@ -43,16 +49,16 @@ BEGIN, END = "<!-- idioms table: begin (generated) -->", "<!-- idioms table: end
 
 @dataclass(frozen=True)
 class Status:
-    """One cell's part: ok (with the policy's evictions where counted), oom (an outcome), or
-    fails, with the first line of why."""
+    """One cell's part: ok (with the policy's evictions, or a staged plan's recomputations, where
+    counted), oom (an outcome), refused (staging only), or fails, with the first line of why."""
 
     kind: str
     evictions: int | None = None
     why: str = ""
 
     def cell(self, note: int | None = None) -> str:
-        if self.kind == FAILS:
-            return f"fails [{note}]"
+        if self.kind in NOTED:
+            return f"{self.kind} [{note}]"
         return self.kind if self.evictions is None else f"{self.kind} ({self.evictions})"
 
 
@@ -204,12 +210,36 @@ def row(name: str, ratio: float) -> Row:
     return Row(p.capture, simulated, planned, unplanned)
 
 
+@functools.lru_cache(maxsize=None)
+def staged(name: str, ratio: float) -> Status:
+    """The idiom's step staged at `ratio` of the staged graph's own peak from the prepared state,
+    run once from the step's seed, against the oracle. ok counts the plan's recomputations;
+    StagingOutOfMemory is oom (a result); NotStageable is refused, with its line."""
+    idiom, p = BY_NAME[name], prepared(name)
+    rig = ready(idiom)
+    try:
+        step = stage(rig.step, ratio=ratio, costs=STAGED_COSTS, modules=list(rig.modules.values()),
+                     optimizers=rig.optimizers)
+        torch.manual_seed(STEP_SEED)  # as the oracle's step starts: staging's own draws are not the step's
+        step()
+    except StagingOutOfMemory:
+        return Status(OOM)
+    except NotStageable as exc:
+        return Status(REFUSED, why=first_line(exc))
+    except Exception as exc:  # noqa: BLE001 (anything else is a failure)
+        return Status(FAILS, why=first_line(exc))
+    bad = differences(p.oracle, state_of(rig))
+    if bad:
+        return Status(FAILS, why=f"differs from plain PyTorch in {bad[:4]}")
+    return Status(OK, step.plan.replay.n_recompute)
+
+
 # --- the doc's table ----------------------------------------------------------------------------
 
 COLUMNS = ("capture", "simulate", "live, planned", "live, unplanned", "staged")
 
 
-def table(rows: dict[str, dict[float, Row]]) -> str:
+def table(rows: dict[str, dict[float, Row]], stagings: dict[str, dict[float, Status]]) -> str:
     """The generated block of docs/idioms.md: the table, then the failures' notes."""
     notes: dict[str, int] = {}
 
@@ -217,7 +247,7 @@ def table(rows: dict[str, dict[float, Row]]) -> str:
         parts = []
         for s in statuses:
             n = None
-            if s.kind == FAILS:
+            if s.kind in NOTED:
                 text = note_text(idiom, s)
                 n = notes.setdefault(text, len(notes) + 1)
             parts.append(s.cell(n))
@@ -225,7 +255,7 @@ def table(rows: dict[str, dict[float, Row]]) -> str:
 
     ratios = " / ".join(f"{r:g}" for r in RATIOS)
     lines = [BEGIN, "", f"| idiom | {COLUMNS[0]} | {COLUMNS[1]} {ratios} | {COLUMNS[2]} {ratios} | "
-                        f"{COLUMNS[3]} {ratios} | {COLUMNS[4]} |", "|---|---|---|---|---|---|"]
+                        f"{COLUMNS[3]} {ratios} | {COLUMNS[4]} {ratios} |", "|---|---|---|---|---|---|"]
     for idiom in IDIOMS:
         by_ratio = rows[idiom.name]
         first = by_ratio[RATIOS[0]]
@@ -233,7 +263,8 @@ def table(rows: dict[str, dict[float, Row]]) -> str:
             f"| {idiom.name}", cell(idiom.name, [first.capture]),
             cell(idiom.name, [by_ratio[r].simulate for r in RATIOS]),
             cell(idiom.name, [by_ratio[r].planned for r in RATIOS]),
-            cell(idiom.name, [by_ratio[r].unplanned for r in RATIOS]), STAGED + " |"]))
+            cell(idiom.name, [by_ratio[r].unplanned for r in RATIOS]),
+            cell(idiom.name, [stagings[idiom.name][r] for r in RATIOS]) + " |"]))
     lines.append("")
     lines.extend(f"- **[{n}]** {text}" for text, n in notes.items())
     lines += ["", "What each idiom's step does (`tests/live/idioms.py`):", ""]
@@ -257,7 +288,7 @@ class DocRow:
     simulate: tuple[str, ...]
     planned: tuple[str, ...]
     unplanned: tuple[str, ...]
-    staged: str
+    staged: tuple[str, ...]
 
 
 def read_doc(text: str) -> tuple[dict[str, DocRow], dict[int, str]]:
@@ -272,17 +303,17 @@ def read_doc(text: str) -> tuple[dict[str, DocRow], dict[int, str]]:
             cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
             name, capture, sim, planned, unplanned, staged = cells
             rows[name] = DocRow(capture, tuple(sim.split(" / ")), tuple(planned.split(" / ")),
-                                tuple(unplanned.split(" / ")), staged)
+                                tuple(unplanned.split(" / ")), tuple(staged.split(" / ")))
     return rows, notes
 
 
 def check_doc_cell(written: str, computed: Status, idiom: str, notes: dict[int, str]) -> str | None:
     """Why a cell's part as written disagrees with the computed status (None when it agrees)."""
-    if computed.kind == FAILS:
-        m = re.fullmatch(r"fails \[(\d+)\]", written)
+    if computed.kind in NOTED:
+        m = re.fullmatch(rf"{computed.kind} \[(\d+)\]", written)
         want = note_text(idiom, computed)
         if m is None or notes.get(int(m.group(1))) != want:
-            return f"{written!r} in the doc, but it fails: {want}"
+            return f"{written!r} in the doc, but it is {computed.kind}: {want}"
         return None
     return None if written == computed.cell() else f"{written!r} in the doc, {computed.cell()!r} computed"
 
@@ -291,13 +322,14 @@ def regenerate(doc: Path) -> str:
     """docs/idioms.md with its generated block remade from the idioms as they run now."""
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    rows = {}
+    rows, stagings = {}, {}
     for i in IDIOMS:
         gc.freeze()  # each capture and live step collects first: out of the walk, what is alive already
         rows[i.name] = {r: row(i.name, r) for r in RATIOS}
+        stagings[i.name] = {r: staged(i.name, r) for r in RATIOS}
     text = doc.read_text()
     head, rest = text.split(BEGIN, 1)
-    return head + table(rows) + rest.split(END, 1)[1]
+    return head + table(rows, stagings) + rest.split(END, 1)[1]
 
 
 if __name__ == "__main__":
