@@ -113,3 +113,20 @@ def two_views_of_one_input(batch=64, d_model=1024):
         (model(xs[0]) * model(xs[1])).sum().backward()
 
     return step
+
+
+def mlp_view_write(batch=4):
+    """Adam, and a write through a view of an activation that needs gradients (issue 24, point 6)."""
+    torch.manual_seed(0)
+    first, second = nn.Linear(16, 32), nn.Linear(32, 4)
+    opt = torch.optim.Adam([*first.parameters(), *second.parameters()], lr=1e-3)
+    x = torch.randn(batch, 16)
+
+    def step():
+        opt.zero_grad()
+        h = first(x)
+        h.narrow(1, 0, 8).mul_(3)
+        second(torch.relu(h)).square().mean().backward()
+        opt.step()
+
+    return step
