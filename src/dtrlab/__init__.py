@@ -5,6 +5,6 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # dtrlab.stage loads torch: only on first use, so the CLI and the simulator never pay for it.
     if name == "stage":
-        from .staged.stage import stage
+        from .staged.staging import stage
         return stage
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,7 @@ from dtrlab.live.session import LiveTensor
 from dtrlab.sim.simulate import baseline, budget_from_ratio, compiled_available
 from dtrlab.staged.graph import NotStageable
 # from the module: once it is imported, dtrlab.staged's attribute `stage` is the module, not the function
-from dtrlab.staged.stage import StagingOutOfMemory, stage
+from dtrlab.staged.staging import StagingOutOfMemory, stage
 from dtrlab.trace.read import Call, Mutate
 
 from idioms import BY_NAME, IDIOMS, Idiom, Rig, state_of

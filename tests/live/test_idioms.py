@@ -66,12 +66,16 @@ def _row(name: str, ratio: float) -> tbl.Row:
 @pytest.mark.parametrize("name, ratio", _cases())
 def test_the_idiom_conforms(name, ratio):
     """Captured and lowered, bitwise plain; simulated; live, planned on both engines with the
-    simulation's decisions and unplanned, each bitwise plain when it finishes. Running out of memory
-    is a result (at 1.0 it is not: the ratio is of what the step needs); anything else fails."""
+    simulation's decisions and unplanned, each bitwise plain when it finishes; staged, bitwise plain
+    or refused in one line. Running out of memory is a result (at 1.0 it is not: the ratio is of what
+    the step needs); anything else fails."""
     row = _row(name, ratio)
     allowed = {tbl.OK} if ratio == 1.0 else {tbl.OK, tbl.OOM}
     bad = {column: s.why or s.kind for column, s in zip(tbl.COLUMNS, (row.capture, row.simulate, row.planned,
                                                                       row.unplanned)) if s.kind not in allowed}
+    staged = tbl.staged(name, ratio)  # staging refuses what it cannot run right; it never runs it wrong
+    if staged.kind not in allowed | {tbl.REFUSED}:
+        bad["staged"] = staged.why or staged.kind
     assert not bad, bad
     if ratio == 1.0:
         assert row.simulate.evictions == 0

@@ -164,3 +164,108 @@ def test_zoo_models_with_sgd_momentum_staged_are_bitwise_the_eager_step(name, ra
     assert (p.replay.n_recompute > 0) == (ratio < 1)
     _, measured = staged.measured()
     assert measured.peak_bytes - measured.rng_bytes <= p.replay.peak_bytes <= p.budget_bytes
+
+
+def test_the_package_s_stage_is_the_function():
+    from dtrlab.staged import stage
+    assert stage is dtrlab.stage and callable(stage) and stage.__name__ == "stage"
+
+
+def scheduled_world(seed: int = 0):
+    """An SGD step (momentum) with a OneCycle learning-rate schedule, on a small MLP."""
+    step, model, opt = mlp_world(seed, optimizer="sgd")
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=100)
+    return step, model, opt, sched
+
+
+def test_a_scheduler_stepped_inside_the_step_is_refused_and_put_back():
+    """The graph would hold the trace's learning rate at every step (silently wrong): refused in one
+    line, with the optimizer's settings and the scheduler as they were."""
+    step, model, opt, sched = scheduled_world()
+
+    def inside():
+        loss = step()
+        sched.step()
+        return loss
+    before = (dict((k, v) for k, v in opt.param_groups[0].items() if k != "params"), sched.state_dict())
+    params = [t.clone() for t in model.parameters()]
+    with pytest.raises(NotStageable) as err:
+        dtrlab.stage(inside, modules=[model], optimizers=[opt], costs="unit")
+    line = str(err.value)
+    assert "\n" not in line and len(line) <= 200 and "lr" in line and "outside the staged step" in line
+    assert {k: v for k, v in opt.param_groups[0].items() if k != "params"} == before[0]
+    assert sched.state_dict() == before[1]
+    assert_bitwise(params, list(model.parameters()))
+
+
+def test_a_scheduler_stepped_outside_the_staged_step_is_bitwise_eager_over_steps():
+    """The workaround the refusal names: each new rate is a new graph (planned again), each bitwise."""
+    plain, pm, po, psched = scheduled_world()
+    step, sm, so, ssched = scheduled_world()
+    staged = dtrlab.stage(step, costs="unit")
+    torch.manual_seed(7)
+    plain_losses = []
+    for _ in range(3):
+        plain_losses.append(plain().detach())
+        psched.step()
+    torch.manual_seed(7)
+    staged_losses = []
+    for _ in range(3):
+        staged_losses.append(staged())
+        ssched.step()
+    assert_bitwise(plain_losses, staged_losses)
+    assert_bitwise(snapshot(pm, po), snapshot(sm, so))
+    assert po.param_groups[0]["lr"] == so.param_groups[0]["lr"]
+    assert len({p.graph.key for p in staged.plans}) == len(staged.plans) >= 3  # one graph per rate
+
+
+def test_a_number_read_out_for_a_log_is_refused():
+    """`.item()` kept outside the graph would be read once, at the trace: refused in one line."""
+    step, model, opt = mlp_world(optimizer="sgd")
+    log = []
+
+    def logging():
+        loss = step()
+        log.append(loss.item())
+    params = [t.clone() for t in model.parameters()]
+    with pytest.raises(NotStageable) as err:
+        dtrlab.stage(logging, modules=[model], optimizers=[opt], costs="unit")
+    assert "\n" not in str(err.value) and ".item()" in str(err.value) and "return the tensor" in str(err.value)
+    assert str(err.value).startswith("test_stage.py:")  # the user's line
+    assert_bitwise(params, list(model.parameters()))
+
+
+def test_numbers_read_from_returned_tensors_are_bitwise_eager_over_steps():
+    """The workaround the refusal names: the step returns the tensors, the loop reads them."""
+    def world():
+        step, model, opt = mlp_world(optimizer="sgd")
+
+        def returning():
+            loss = step()
+            return loss, model[0].weight.grad.norm()
+        return returning, model, opt
+    plain, pm, po = world()
+    step, sm, so = world()
+    staged = dtrlab.stage(step, costs="unit")
+    torch.manual_seed(7)
+    plain_log = [x.item() for _ in range(3) for x in plain()]
+    torch.manual_seed(7)
+    staged_log = [x.item() for _ in range(3) for x in staged()]
+    assert plain_log == staged_log and len(staged_log) == 6
+    assert_bitwise(snapshot(pm, po), snapshot(sm, so))
+
+
+def test_a_step_whose_optimizer_is_not_found_is_refused():
+    """An optimizer kept where dtrlab does not look (a dict) would update nothing in the graph: refused."""
+    step, model, opt = mlp_world(optimizer="sgd")
+    held = {"opt": opt}
+
+    def hidden():
+        held["opt"].zero_grad(set_to_none=True)
+        F.mse_loss(model(torch.ones(8, 16)), torch.zeros(8, 4)).backward()
+        held["opt"].step()
+    params = [t.clone() for t in model.parameters()]
+    with pytest.raises(NotStageable, match=r"optimizer \(SGD\) dtrlab did not find"):
+        dtrlab.stage(hidden, costs="unit")
+    assert_bitwise(params, list(model.parameters()))
+    assert dtrlab.stage(hidden, optimizers=[opt], costs="unit").plan.graph.sinks  # named, it stages

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"stage": "stage", "StagedStep": "stage", "Plan": "stage", "StagingOutOfMemory": "stage",
+_EXPORTS = {"stage": "staging", "StagedStep": "staging", "Plan": "staging", "StagingOutOfMemory": "staging",
             "NotStageable": "graph", "MeasuredPeak": "measure"}
 __all__ = sorted(_EXPORTS)
 

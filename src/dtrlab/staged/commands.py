@@ -72,7 +72,7 @@ def stage_command(
         raise UsageError(f"--steps must be at least 1, got {steps}")
     import torch
 
-    from .stage import stage
+    from .staging import stage
 
     plain, label = _world(model, script, batch, device, size, optimizer, seed)
     step, _ = _world(model, script, batch, device, size, optimizer, seed)

@@ -11,6 +11,7 @@ import contextlib
 import inspect
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -31,10 +32,12 @@ INPUT, GRAD, STATE, RETURN = "input", "grad", "state", "return"
 
 @dataclass(frozen=True)
 class Holders:
-    """What a step's state lives in: its modules and optimizers."""
+    """What a step's state lives in: its modules and optimizers, and the learning-rate schedulers its
+    code names (put back if the trace steps them)."""
 
     modules: tuple[nn.Module, ...]
     optimizers: tuple[torch.optim.Optimizer, ...]
+    schedulers: tuple = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,21 +54,41 @@ class StepGraph:
 
 def find_holders(step: Callable, modules=None, optimizers=None) -> Holders:
     """The modules and optimizers a step works on: those given, else the step's `model` / `optimizer`
-    attributes and the modules and optimizers its code names (closure variables and globals)."""
-    found: list = []
-    if modules is None or optimizers is None:
-        found += [getattr(step, a) for a in ("model", "optimizer", "modules", "optimizers") if hasattr(step, a)]
+    attributes and the modules and optimizers its code names (closure variables and globals); and the
+    learning-rate schedulers named there."""
+    flat = _named_by(step)
+    mods = list(modules) if modules is not None else [x for x in flat if isinstance(x, nn.Module)]
+    opts = list(optimizers) if optimizers is not None else [x for x in flat if isinstance(x, torch.optim.Optimizer)]
+    scheds = [x for x in flat if isinstance(x, torch.optim.lr_scheduler.LRScheduler)]
+    return Holders(tuple({id(m): m for m in mods}.values()), tuple({id(o): o for o in opts}.values()),
+                   tuple({id(s): s for s in scheds}.values()))
+
+
+def _named_by(step: Callable, depth: int = 4) -> list:
+    """The objects a step names: its `model` / `optimizer` (`modules` / `optimizers`) attributes, its
+    closure variables and globals, and, `depth` calls down, those of the user's functions it names
+    (a step that calls another step function); lists and tuples opened."""
+    out: list = []
+    seen: set[int] = set()
+
+    def visit(fn: Callable, level: int) -> None:
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        found = [getattr(fn, a) for a in ("model", "optimizer", "modules", "optimizers") if hasattr(fn, a)]
         try:
-            cv = inspect.getclosurevars(step)
+            cv = inspect.getclosurevars(fn)
             found += list(cv.nonlocals.values()) + list(cv.globals.values())
         except TypeError:  # not a Python function (a callable object): only its attributes
             pass
-    flat = []
-    for x in found:
-        flat += list(x) if isinstance(x, (list, tuple)) else [x]
-    mods = list(modules) if modules is not None else [x for x in flat if isinstance(x, nn.Module)]
-    opts = list(optimizers) if optimizers is not None else [x for x in flat if isinstance(x, torch.optim.Optimizer)]
-    return Holders(tuple({id(m): m for m in mods}.values()), tuple({id(o): o for o in opts}.values()))
+        for x in found:
+            for y in (list(x) if isinstance(x, (list, tuple)) else [x]):
+                out.append(y)
+                if level > 0 and inspect.isfunction(y) and not (y.__module__ or "").startswith(("torch", "dtrlab")):
+                    visit(y, level - 1)
+
+    visit(step, depth)
+    return out
 
 
 def _params(holders: Holders) -> list[torch.Tensor]:
@@ -114,10 +137,68 @@ def structure_key(holders: Holders, args: tuple) -> tuple:
     state = tuple(sig(t) for t in lifted_state(holders))
     grads = tuple(p.grad is not None for p in _params(holders))
     opt = tuple(tuple(tuple(sorted(o.state.get(p, {}))) for p in _opt_params(o)) for o in holders.optimizers)
-    hyper = tuple(tuple(tuple(sorted((k, repr(v)) for k, v in g.items() if k != "params")) for g in o.param_groups)
-                  for o in holders.optimizers)
+    hyper = tuple(_hyperparameters(o) for o in holders.optimizers)
     argsig = tuple(sig(a) if isinstance(a, torch.Tensor) else ("value", repr(a)) for a in args)
     return state, grads, opt, hyper, argsig
+
+
+def _hyperparameters(o: torch.optim.Optimizer) -> tuple:
+    """Each param group's settings but its params (lr, momentum, betas, ...), as text: what a graph
+    traced with them holds as constants."""
+    return tuple(tuple(sorted((k, repr(v)) for k, v in g.items() if k != "params")) for g in o.param_groups)
+
+
+@contextlib.contextmanager
+def _hyperparameters_kept(holders: Holders):
+    """Refuse a step that changes an optimizer's settings (a learning-rate scheduler stepped inside
+    it): the graph would hold the trace's values at every step. Whatever the trace did, the settings
+    and the schedulers found are put back after it."""
+    groups = [[{k: v for k, v in g.items() if k != "params"} for g in o.param_groups] for o in holders.optimizers]
+    before = [_hyperparameters(o) for o in holders.optimizers]
+    schedulers = [(s, s.state_dict()) for s in holders.schedulers]
+    try:
+        yield
+        for j, o in enumerate(holders.optimizers):
+            for k, (was, now) in enumerate(zip(before[j], _hyperparameters(o))):
+                changed = [f"{a} ({_short(va)} -> {_short(vb)})" for (a, va), (_, vb) in zip(was, now) if va != vb]
+                if changed:
+                    raise NotStageable(
+                        f"the step changes optimizer {j}'s {changed[0]} in param group {k}, as a scheduler inside "
+                        "it does; a graph would keep the trace's value: step it outside the staged step")
+    finally:
+        for o, saved in zip(holders.optimizers, groups):
+            for g, values in zip(o.param_groups, saved):
+                g.update(values)
+        for sched, state in schedulers:
+            sched.load_state_dict(state)
+
+
+def _short(text: str) -> str:
+    """A hyperparameter's repr, a number to 4 significant digits."""
+    try:
+        return f"{float(text):.4g}"
+    except ValueError:
+        return text[:24]
+
+
+@contextlib.contextmanager
+def _only_known_optimizers(holders: Holders):
+    """Refuse a step whose optimizer dtrlab did not find: its update would read the real parameters'
+    gradients, not the trace's, and the graph would hold no update at all."""
+    known = {id(o) for o in holders.optimizers}
+
+    def check(opt, args, kwargs):
+        if id(opt) not in known:
+            raise NotStageable(f"the step runs an optimizer ({type(opt).__name__}) dtrlab did not find: pass "
+                               "optimizers=[...] or set step.optimizer")
+
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    handle = register_optimizer_step_pre_hook(check)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @contextlib.contextmanager
@@ -241,8 +322,9 @@ def trace_step(step: Callable, holders: Holders, args: tuple = ()) -> StepGraph:
 
     mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
     try:
-        gm = make_fx(run, decomposition_table=_HONEST_SCHEMAS, tracing_mode="fake",
-                     _allow_non_fake_inputs=True)(*fakes(mode, True))
+        with _hyperparameters_kept(holders), _only_known_optimizers(holders), _UserReads() as reads:
+            gm = make_fx(run, decomposition_table=_HONEST_SCHEMAS, tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*fakes(mode, True))
     except NotStageable:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever stops the trace is said as the reason
@@ -253,6 +335,7 @@ def trace_step(step: Callable, holders: Holders, args: tuple = ()) -> StepGraph:
                       _allow_non_fake_inputs=True)(*fakes(mode2, False))
     except Exception as exc:  # noqa: BLE001
         raise NotStageable(f"the step's graph cannot be made functional: {_why(exc)}") from None
+    _refuse_escaped_reads(gm, reads.symbols)
     _clean(fgm, len(inputs))
     _refuse_unlifted(fgm)
     return StepGraph(fgm, n_args, tuple(sinks), spec_box[0], key)
@@ -290,6 +373,50 @@ def _refuse_unlifted(gm: torch.fx.GraphModule) -> None:
                 raise NotStageable(f"the step reads a parameter of shape {tuple(value.shape)} that belongs to no "
                                    "module or optimizer dtrlab found: pass modules=[...] / optimizers=[...] "
                                    "or set step.model / step.optimizer")
+
+
+class _UserReads(torch.overrides.TorchFunctionMode):
+    """Notes the numbers the user's own code reads out of tensors during a trace (`.item()`,
+    `float(t)`, `int(t)`, `t.tolist()`): each read's symbol and the user's line. Reads made inside
+    PyTorch (an optimizer's step count) are the library's, used or dropped there."""
+
+    READS = {torch.Tensor.item, torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.tolist}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.symbols: list[tuple[str, str]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in self.READS:
+            frame = inspect.currentframe().f_back
+            while frame is not None and frame.f_code.co_filename.startswith(_TRACING_MACHINERY):
+                frame = frame.f_back
+            if frame is not None and not frame.f_code.co_filename.startswith(_TORCH_DIR):
+                where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+                leaves = out if isinstance(out, list) else [out]
+                self.symbols += [(str(x.node.expr), where) for x in pytree.tree_leaves(leaves)
+                                 if isinstance(x, (torch.SymFloat, torch.SymInt))]
+        return out
+
+
+_TORCH_DIR = str(Path(torch.__file__).parent)
+# The frames between a read and the code that made it: the modes' dispatch (make_fx's own mode, fake tensors).
+_TRACING_MACHINERY = tuple(str(Path(_TORCH_DIR, *part.split("/"))) for part in
+                           ("overrides.py", "fx/", "_subclasses/", "utils/_python_dispatch.py", "_ops.py"))
+
+
+def _refuse_escaped_reads(gm: torch.fx.GraphModule, reads: list[tuple[str, str]]) -> None:
+    """A number the user's code read out of a tensor that no graph node uses went where the graph
+    cannot follow it (a log, a print): the staged steps would never read it again."""
+    where = dict(reads)
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.target is torch.ops.aten._local_scalar_dense.default and not node.users \
+                and isinstance(val, (torch.SymFloat, torch.SymInt)) and str(val.node.expr) in where:
+            raise NotStageable(f"{Path(where[str(val.node.expr)].rsplit(':', 1)[0]).name}:"
+                               f"{where[str(val.node.expr)].rsplit(':', 1)[1]}: the step reads a number out of a "
+                               "tensor (.item()) and keeps it outside the graph (a log?): return the tensor, read it after")
 
 
 def write_back(graph: StepGraph, inputs: list[torch.Tensor], outs: list) -> Any:
