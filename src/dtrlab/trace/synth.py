@@ -111,10 +111,13 @@ class _Gen:
             else:
                 self.release()
         # Release most of what is left; the rest stays referenced and is pinned at the end.
-        for name in list(self.live):
+        kept = []  # one pass (removing names one by one grew as the square of what is live)
+        for name in self.live:
             if rng.random() < 0.7:
-                self.live.remove(name)
                 self.emit(Release, name)
+            else:
+                kept.append(name)
+        self.live = kept
 
 
 def synthetic_trace(seed: int = 0, n_ops: int = 20, *, max_args: int = 3, max_outputs: int = 3,
