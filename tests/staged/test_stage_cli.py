@@ -41,3 +41,27 @@ def test_stage_mistakes_are_one_line(capsys):
     assert code == 2 and "--optimizer" in err and len(err.strip().splitlines()) == 1
     code, out, err = _cli(["stage", "densenet", *_sizes("densenet"), "--ratio", "0.05"], capsys)
     assert code == 2 and "does not fit" in err and len(err.strip().splitlines()) == 1
+
+
+STEPS_FILE = __import__("pathlib").Path(__file__).resolve().parents[1] / "capture" / "user_steps.py"
+
+
+@pytest.mark.slow
+def test_run_staged_stages_a_user_s_own_step_with_its_optimizer(capsys):
+    """`dtrlab run --staged` on a user's factory (an MLP with Adam): the staging time apart from the
+    step medians, and the state after both runs (parameters, gradients, Adam's state) the same.
+    (Staged below ratio 1, bitwise: tests/staged/test_stage.py; this MLP's activations leave DTR no
+    room at 0.7.)"""
+    code, out, err = _cli(["run", "--script", f"{STEPS_FILE}:mlp_adam", "--batch", "64", "--staged",
+                           "--ratio", "1.0", "--steps", "3", "--json"], capsys)
+    assert code in (0, None), err
+    summary = json.loads(out)
+    assert summary["state_equals_plain"] is True and summary["plans"] == 2  # Adam's state: planned again
+    assert summary["measured_peak_bytes"] <= summary["simulated_peak_bytes"] <= summary["budget_bytes"]
+    assert set(summary["last_plan_ms"]) >= {"trace", "lower", "simulate", "check", "rewrite"}
+
+
+def test_run_staged_refuses_the_live_runtime_s_options_in_one_line(capsys):
+    code, out, err = _cli(["run", "densenet", "--staged", "--ratio", "1", "--compare-sim", "--check"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--compare-sim, --check belong to the live runtime" in err

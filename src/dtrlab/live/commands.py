@@ -53,6 +53,10 @@ def run(
     check: bool = typer.Option(False, "--check",
                                help="After each live step, run a plain step from the same state and compare "
                                     "gradients, parameters, buffers and optimizer state bitwise."),
+    staged: bool = typer.Option(False, "--staged",
+                                help="Stage the step instead (docs/staged.md): trace it once, simulate, compile "
+                                     "the schedule into its graph, and time it beside the plain step, the "
+                                     "staging time apart (as dtrlab stage does)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run a real training step under a memory budget, evicting and rematerializing (DTR, live)."""
@@ -60,6 +64,23 @@ def run(
     from ..sim.simulate import check_budget_args
 
     check_budget_args(ratio, budget_bytes)
+    if staged:
+        live_only = {"--plan": plan is not None, "--trace": trace is not None, "--compare-sim": compare_sim,
+                     "--check": check, "--policies-file": policies_file is not None,
+                     "--clock measured": clock != LIVE_CLOCKS[0], "--engine": engine != EngineName.auto}
+        given = [name for name, on in live_only.items() if on]
+        if given:
+            raise UsageError(f"{', '.join(given)} belong to the live runtime, not --staged (which compares its "
+                             "state with a plain step's always)")
+        from ..staged.commands import run_staged
+
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
+        run_staged(model, script, batch, device, size, ratio, budget_bytes, policy or DEFAULT_POLICY, "none",
+                   steps, seed, as_json)
+        return
     if clock not in LIVE_CLOCKS:
         raise UsageError(f"--clock must be {' or '.join(LIVE_CLOCKS)}, got {clock!r}")
     if steps < 1:

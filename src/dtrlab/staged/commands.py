@@ -66,12 +66,20 @@ def stage_command(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Stage one training step under a budget (trace, simulate, rewrite) and time it against the plain step."""
+    run_staged(model, script, batch, device, size, ratio, budget_bytes, policy, optimizer, steps, seed, as_json)
+
+
+def run_staged(model, script, batch, device: str, size, ratio: float | None, budget_bytes: int | None,
+               policy: str, optimizer: str, steps: int, seed: int, as_json: bool) -> None:
+    """What `dtrlab stage` and `dtrlab run --staged` do: stage the step, time `steps` staged and plain
+    steps from the same seed, and print the staging time apart from the per-step medians."""
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     import torch
 
+    from .graph import find_holders, lifted_state
     from .staging import stage
 
     plain, label = _world(model, script, batch, device, size, optimizer, seed)
@@ -88,8 +96,9 @@ def stage_command(
     plain()
     plain_s = _median_s(plain, steps)
     plain()
-    same = all(torch.equal(a, b) for a, b in zip(plain.model.state_dict().values(), step.model.state_dict().values())) \
-        if hasattr(plain, "model") else None
+    # Parameters, buffers, gradients and optimizer state, as the staged step lifts them, bitwise.
+    mine, theirs = lifted_state(staged.holders), lifted_state(find_holders(plain))
+    same = len(mine) == len(theirs) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(mine, theirs))
     p = staged.plan
     summary = {"model": label, "device": device, "policy": policy, "optimizer": optimizer,
                "budget_bytes": p.budget_bytes, "ratio": ratio, "plans": len(staged.plans),
