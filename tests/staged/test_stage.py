@@ -269,3 +269,29 @@ def test_a_step_whose_optimizer_is_not_found_is_refused():
         dtrlab.stage(hidden, costs="unit")
     assert_bitwise(params, list(model.parameters()))
     assert dtrlab.stage(hidden, optimizers=[opt], costs="unit").plan.graph.sinks  # named, it stages
+
+
+@pytest.mark.slow
+def test_the_solver_s_schedule_runs_as_a_staged_step_bitwise_eager():
+    """planner="optimal": the schedule dtrlab.optimal finds (checked by the same replay) is compiled
+    into the step as DTR's is, and the step is bitwise the eager one over three steps."""
+    plain, pm, po = mlp_world(optimizer="sgd")
+    step, sm, so = mlp_world(optimizer="sgd")
+    staged = dtrlab.stage(step, ratio=0.7, costs="unit", planner="optimal", time_limit_s=60)
+    torch.manual_seed(7)
+    plain_losses = [plain().detach() for _ in range(3)]
+    torch.manual_seed(7)
+    staged_losses = [staged() for _ in range(3)]
+    assert_bitwise(plain_losses, staged_losses)
+    assert_bitwise(snapshot(pm, po), snapshot(sm, so))
+    p = staged.plan
+    assert p.schedule.made_by.startswith("optimal") and p.replay.n_recompute > 0
+    assert p.replay.peak_bytes <= p.budget_bytes
+    assert p.result.bound_overhead <= p.replay.overhead + 1e-12
+
+
+def test_an_unknown_planner_is_one_line():
+    step, model, opt = mlp_world()
+    from dtrlab.errors import UsageError
+    with pytest.raises(UsageError, match="planner must be one of dtr, optimal"):
+        dtrlab.stage(step, planner="checkmate")

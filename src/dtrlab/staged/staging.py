@@ -17,7 +17,7 @@ from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
 from ..errors import DtrlabError, UsageError
 from ..schedule.check import Replay, check_schedule
 from ..schedule.emit import simulate_schedule
-from ..sim.result import OK, RunResult
+from ..sim.result import OK
 from ..sim.simulate import baseline, budget_from_ratio, check_budget_bytes
 from ..trace.lower import Program
 from .graph import Holders, StepGraph, find_holders, lifted_state, structure_key, trace_step, write_back
@@ -32,14 +32,15 @@ class StagingOutOfMemory(DtrlabError):
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """One staging: the traced graph, its Program, the run and schedule the simulator made, the
-    checker's replay of it, the rewritten GraphModule, and where the staging time went (ns)."""
+    """One staging: the traced graph, its Program, the planner's answer (the simulator's RunResult, or
+    the solver's OptimalResult) and its schedule, the checker's replay of it, the rewritten GraphModule,
+    and where the staging time went (ns)."""
 
     graph: StepGraph
     program: Program
     gmap: GraphMap
     budget_bytes: int | None
-    result: RunResult
+    result: Any  # RunResult (planner "dtr") or dtrlab.optimal's OptimalResult (planner "optimal")
     schedule: Any
     replay: Replay
     module: torch.fx.GraphModule
@@ -52,10 +53,15 @@ class Plan:
 COSTS = ("measured", "unit")
 UNIT_COST_NS = 1_000
 
+# Who makes the schedule: "dtr", the simulator running `policy` (DTR's online decisions), or
+# "optimal", dtrlab.optimal's solver (the best schedule it finds in `time_limit_s`, docs/optimal.md).
+PLANNERS = ("dtr", "optimal")
+
 
 def plan(step: Callable, holders: Holders, args: tuple, budget_bytes: int | None, ratio: float | None,
-         policy: str, runtime: str, repeat: int = 1, costs: str = "measured") -> Plan:
-    """Trace, lower (one measured pass), simulate with the schedule emitted, check, rewrite."""
+         policy: str, runtime: str, repeat: int = 1, costs: str = "measured", planner: str = "dtr",
+         time_limit_s: float | None = None) -> Plan:
+    """Trace, lower (one measured pass), plan (simulate with the schedule emitted, or solve), check, rewrite."""
     clock = time.perf_counter_ns
     t0 = clock()
     graph = trace_step(step, holders, args)
@@ -65,8 +71,11 @@ def plan(step: Callable, holders: Holders, args: tuple, budget_bytes: int | None
                                 unit_cost_ns=UNIT_COST_NS if costs == "unit" else None)
     t2 = clock()
     budget = budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
-    result, schedule = simulate_schedule(program, budget, policy, runtime)
-    if result.outcome != OK:
+    if planner == "optimal":
+        result, schedule = _solve(program, budget, time_limit_s)
+    else:
+        result, schedule = simulate_schedule(program, budget, policy, runtime)
+    if planner == "dtr" and result.outcome != OK:
         peak = baseline(program).peak_bytes
         raise StagingOutOfMemory(
             f"the step does not fit in {budget:,} B under {result.policy}/{result.runtime}: the simulation "
@@ -88,11 +97,16 @@ class StagedStep:
     `plans`) when the state's structure changes, as after an optimizer's first step makes its state."""
 
     def __init__(self, step: Callable, holders: Holders, budget_bytes: int | None, ratio: float | None,
-                 policy: str, runtime: str, args: tuple, costs: str = "measured") -> None:
+                 policy: str, runtime: str, args: tuple, costs: str = "measured", planner: str = "dtr",
+                 time_limit_s: float | None = None) -> None:
         self.step, self.holders = step, holders
         self.budget_bytes, self.ratio, self.policy, self.runtime = budget_bytes, ratio, policy, runtime
-        self.costs = costs
-        self.plans: list[Plan] = [plan(step, holders, args, budget_bytes, ratio, policy, runtime, costs=costs)]
+        self.costs, self.planner, self.time_limit_s = costs, planner, time_limit_s
+        self.plans: list[Plan] = [self._plan(args)]
+
+    def _plan(self, args: tuple) -> Plan:
+        return plan(self.step, self.holders, args, self.budget_bytes, self.ratio, self.policy, self.runtime,
+                    costs=self.costs, planner=self.planner, time_limit_s=self.time_limit_s)
 
     @property
     def plan(self) -> Plan:
@@ -100,8 +114,7 @@ class StagedStep:
 
     def _current(self, args: tuple) -> Plan:
         if structure_key(self.holders, args) != self.plan.graph.key:
-            self.plans.append(plan(self.step, self.holders, args, self.budget_bytes, self.ratio,
-                                   self.policy, self.runtime, costs=self.costs))
+            self.plans.append(self._plan(args))
         return self.plan
 
     def __call__(self, *args):
@@ -121,19 +134,37 @@ class StagedStep:
         return write_back(p.graph, inputs, outs), peak
 
 
+def _solve(program: Program, budget: int | None, time_limit_s: float | None):
+    """The solver's best schedule under `budget` (dtrlab.optimal); StagingOutOfMemory if it has none."""
+    from ..optimal.defaults import DEFAULT_TIME_LIMIT_S
+    from ..optimal.solve import solve_optimal
+
+    if budget is None:
+        budget = baseline(program).peak_bytes  # unbounded: nothing to recompute
+    res = solve_optimal(program, budget, time_limit_s=time_limit_s or DEFAULT_TIME_LIMIT_S)
+    if res.schedule is None:
+        raise StagingOutOfMemory(f"the solver finds no schedule of the step in {budget:,} B ({res.status} after "
+                                 f"{res.solve_s:.0f} s; its bound: {res.bound_overhead:.3g}x)")
+    return res, res.schedule
+
+
 def stage(step: Callable, *, budget_bytes: int | None = None, ratio: float | None = None,
           policy: str = DEFAULT_POLICY, runtime: str = DEFAULT_RUNTIME, args: tuple = (),
-          modules=None, optimizers=None, costs: str = "measured") -> StagedStep:
+          modules=None, optimizers=None, costs: str = "measured", planner: str = "dtr",
+          time_limit_s: float | None = None) -> StagedStep:
     """Stage `step` (a callable running one training step: forward, backward, optimizer update) under
     `budget_bytes`, or `ratio` of its own unconstrained peak, or unbounded (neither). `args`: example
     tensors the step takes (its batch); the modules and optimizers it works on are found by
     find_holders unless given. Raises NotStageable (a step that cannot be traced whole) or
-    StagingOutOfMemory (one that does not fit), each one line. `costs`: one of COSTS."""
+    StagingOutOfMemory (one that does not fit), each one line. `costs`: one of COSTS; `planner`: one of
+    PLANNERS ("optimal" solves for `time_limit_s`, default dtrlab.optimal's)."""
     if budget_bytes is not None and ratio is not None:
         raise UsageError("give at most one of budget_bytes and ratio")
     if budget_bytes is not None:
         check_budget_bytes(budget_bytes, "budget_bytes")
     if costs not in COSTS:
         raise UsageError(f"costs must be one of {', '.join(COSTS)}, not {costs!r}")
+    if planner not in PLANNERS:
+        raise UsageError(f"planner must be one of {', '.join(PLANNERS)}, not {planner!r}")
     holders = find_holders(step, modules, optimizers)
-    return StagedStep(step, holders, budget_bytes, ratio, policy, runtime, tuple(args), costs)
+    return StagedStep(step, holders, budget_bytes, ratio, policy, runtime, tuple(args), costs, planner, time_limit_s)
