@@ -45,6 +45,7 @@ from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, LIVE_CLOCKS
 from ..errors import DtrlabError, UsageError
 from ..sim import cengine
 from ..sim.policies import Policy, get_policy
+from ..sim.protocols import FollowedEngine, LoweringEngine
 from ..sim.pyengine import Engine, OutOfMemory
 from ..sim.runtimes import get_runtime
 from ..sim.simulate import ENGINES
@@ -217,10 +218,12 @@ class LiveSession(TorchDispatchMode):
         if self._plan is None:
             self.namer = Namer(own_releases=True)
             self.lowering = Lowering("<live step>")
-            self.engine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy, runtime, seed)
+            self.engine: FollowedEngine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy,
+                                                        runtime, seed)
             b = self.lowering.builder
             self._op_start, self._op_cost = b.op_out_start, b.op_cost  # they grow as the step is lowered
-            self._on_storage = self.engine.s_tensors  # each storage's tensors (the engine's, growing)
+            lowering: LoweringEngine = self.engine
+            self._on_storage = lowering.s_tensors  # each storage's tensors (the engine's, growing)
             self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
             self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
             self.recipes: list[Recipe | None] = []  # per engine operator

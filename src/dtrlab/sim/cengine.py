@@ -231,7 +231,8 @@ def run_observed(program: Program, budget_bytes: int | None, policy: Policy, run
 
 class Follower:
     """The compiled engine on a whole program whose schedule a source takes a step at a time: the
-    live runtime following its plan (live/session.py). The interface is pyengine.Engine.follow_program's:
+    live runtime following its plan (live/session.py). Its interface is protocols.FollowedEngine,
+    as pyengine.Engine.follow_program's is:
     `step_to(end)` takes the steps before `end` not yet taken (`step()`, those the source has
     reached); `prepare`, `finish` (with no operator), `materialize` and `evict` as the Python
     engine's; the executor is told `compute(op, tensors, remat) -> cost` and `drop(storage,
@@ -294,11 +295,15 @@ class Follower:
                 out.append((s, size, bool(pinned), locks > 0 and not pinned))
         return out
 
-    def __getattr__(self, name: str):
-        if name in _FOLLOWER_COUNTERS:
-            return self._f.counters()[name]
-        raise AttributeError(name)
+    def _counter(name: str):  # noqa: N805 - a property maker, used in the class body only
+        return property(lambda self: self._f.counters()[name], doc=f"The engine's {name}.")
 
-
-_FOLLOWER_COUNTERS = ("clock", "memory", "peak", "remat_ns", "evictions", "eager_evictions", "score_evals",
-                      "steps_done")
+    clock = _counter("clock")
+    memory = _counter("memory")
+    peak = _counter("peak")
+    remat_ns = _counter("remat_ns")
+    evictions = _counter("evictions")
+    eager_evictions = _counter("eager_evictions")
+    score_evals = _counter("score_evals")
+    steps_done = _counter("steps_done")
+    del _counter
