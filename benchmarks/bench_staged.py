@@ -1,5 +1,6 @@
 """Staged steps' speed: each zoo model's step with SGD (momentum 0.9) plain and staged at --ratios
-(default 1.0 and 0.5; the median step wall time after the staged step's second plan), with DTR's
+(default 1.0 and 0.5; plain and staged steps taken in turns after the staged step's second plan: the
+median of each, and "wall x" the median of the rounds' ratios), with DTR's
 schedule or the solver's (--planner dtr|optimal|both), the staging time (trace, lower, plan, check,
 rewrite) and the planned overhead beside the measured one; --stability: 20 steps at each ratio of
 the study's windows, their spread.
@@ -26,6 +27,21 @@ from _timing import SMOKE_HELP, median_seconds  # noqa: E402  (benchmarks/ is on
 RATIOS = (1.0, 0.5)
 
 
+def interleaved(plain, staged, repeat: int) -> tuple[float, float, float]:
+    """A plain and a staged step taken in turns, `repeat` rounds: the median of each (ms) and the median
+    of the rounds' staged / plain ratios, so what else runs on the machine weighs on both alike."""
+    pairs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        plain()
+        t1 = time.perf_counter()
+        staged()
+        t2 = time.perf_counter()
+        pairs.append((t1 - t0, t2 - t1))
+    return (statistics.median(a for a, _ in pairs) * 1e3, statistics.median(b for _, b in pairs) * 1e3,
+            statistics.median(b / a for a, b in pairs))
+
+
 def world(name: str, sizes: dict):
     torch.manual_seed(0)
     step = ZOO[name].make(**sizes)
@@ -46,9 +62,9 @@ STABILITY_STEPS = 20
 
 
 def stability(models: list[str], full: bool) -> None:
-    """STABILITY_STEPS staged steps at each ratio of each model's window: the spread of their wall
-    overheads against the plain step's median (max / min, and how many steps sit over 1.5x the median)."""
-    print(f"stability: {STABILITY_STEPS} staged steps at each ratio, wall overhead against the plain median")
+    """STABILITY_STEPS staged steps at each ratio of each model's window, each after a plain one: the
+    spread of their wall overheads (max / min, and how many steps sit over 1.5x the median)."""
+    print(f"stability: {STABILITY_STEPS} staged steps at each ratio, each one's wall time over the plain step's before it")
     print(f"{'model':<12}{'ratio':>7}{'min x':>8}{'median x':>10}{'max x':>8}{'max/min':>9}{'>1.5 med':>10}")
     for name in models:
         if name not in STABILITY:
@@ -56,7 +72,6 @@ def stability(models: list[str], full: bool) -> None:
         sizes = {} if full else ZOO[name].small
         plain = world(name, sizes)
         plain()
-        plain_s = median_seconds(plain, 9, warm=True)
         for ratio in STABILITY[name]:
             step = world(name, sizes)
             try:
@@ -67,10 +82,12 @@ def stability(models: list[str], full: bool) -> None:
                 print(f"{name:<12}{ratio:>7}{'oom':>8}")
                 continue
             times = []
-            for _ in range(STABILITY_STEPS):
+            for _ in range(STABILITY_STEPS):  # in turns with a plain step: each step's ratio to its neighbour
                 t0 = time.perf_counter()
+                plain()
+                t1 = time.perf_counter()
                 staged()
-                times.append((time.perf_counter() - t0) / plain_s)
+                times.append((time.perf_counter() - t1) / (t1 - t0))
             med = statistics.median(times)
             print(f"{name:<12}{ratio:>7}{min(times):>8.2f}{med:>10.2f}{max(times):>8.2f}"
                   f"{max(times) / min(times):>9.2f}{sum(t > 1.5 * med for t in times):>10}", flush=True)
@@ -104,7 +121,7 @@ def main() -> int:
         sizes = {} if args.full else (ZOO[name].tiny if args.smoke else ZOO[name].small)
         plain = world(name, sizes)
         plain()  # the optimizer's state, as the staged step's second plan has it
-        plain_s = median_seconds(plain, args.repeat, warm=True)
+        plain_s = median_seconds(plain, args.repeat, warm=True)  # for the rows that do not stage
         for ratio in ratios:
             for planner in planners:
                 step = world(name, sizes)
@@ -115,10 +132,10 @@ def main() -> int:
                 except StagingOutOfMemory:
                     print(f"{name:<12}{ratio:>6}{planner:>9}{plain_s * 1e3:>10.2f}{'oom':>11}")
                     continue
-                staged_s = median_seconds(staged, args.repeat, warm=True)
+                plain_ms, staged_ms, ratio_x = interleaved(plain, staged, args.repeat)
                 p = staged.plan
-                print(f"{name:<12}{ratio:>6}{planner:>9}{plain_s * 1e3:>10.2f}{staged_s * 1e3:>11.2f}"
-                      f"{staged_s / plain_s:>8.2f}{p.replay.overhead:>8.2f}{p.replay.n_recompute:>8}"
+                print(f"{name:<12}{ratio:>6}{planner:>9}{plain_ms:>10.2f}{staged_ms:>11.2f}"
+                      f"{ratio_x:>8.2f}{p.replay.overhead:>8.2f}{p.replay.n_recompute:>8}"
                       f"{p.times_ns['total_ns'] / 1e9:>11.1f}", flush=True)
     return 0
 

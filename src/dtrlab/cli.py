@@ -18,7 +18,7 @@ from .errors import DtrlabError
 from .defaults import DEFAULT_POLICY
 from .defaults import DEFAULT_RUNTIME
 from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT, EngineName
-from .formats import overhead_text
+from .formats import bytes_text, count_text, ns_text, overhead_text
 from .output import console, print_json
 from .trace import resolve_source
 from .trace.fetch import DEFAULT_NAME, SHA256, URL
@@ -126,41 +126,26 @@ def _traces(ctx: typer.Context) -> None:
 # --- printing ---------------------------------------------------------------------------------
 
 
-def _count(n: int) -> str:
-    return f"{n:,}"
-
-
-def _bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n:,} ({n / scale:.2f} {unit})"
-    return f"{n:,} B"
-
-
-def _ns(n: int) -> str:
-    return f"{n:,} ({n / 1e6:,.1f} ms)"
-
-
 # --- trace info -------------------------------------------------------------------------------
 
 _INFO_ROWS = (
-    ("operators", "operators (constants included)", _count),
-    ("forward_operators", "  forward", _count),
-    ("backward_operators", "  backward", _count),
-    ("constants", "constants", _count),
-    ("tensors", "tensors (aliases included)", _count),
-    ("storages", "storages", _count),
-    ("aliases", "aliases", _count),
-    ("compute_ns", "compute", _ns),
-    ("storage_bytes", "all storages", _bytes),
-    ("constant_bytes", "constants' storages", _bytes),
-    ("baseline_peak_bytes", "unconstrained peak", _bytes),
-    ("largest_op_bytes", "largest operator need", _bytes),
-    ("schedule_steps", "schedule steps", _count),
-    ("compute_steps", "  compute", _count),
-    ("get_steps", "  get", _count),
-    ("pin_steps", "  pin", _count),
-    ("release_steps", "  release", _count),
+    ("operators", "operators (constants included)", count_text),
+    ("forward_operators", "  forward", count_text),
+    ("backward_operators", "  backward", count_text),
+    ("constants", "constants", count_text),
+    ("tensors", "tensors (aliases included)", count_text),
+    ("storages", "storages", count_text),
+    ("aliases", "aliases", count_text),
+    ("compute_ns", "compute", ns_text),
+    ("storage_bytes", "all storages", bytes_text),
+    ("constant_bytes", "constants' storages", bytes_text),
+    ("baseline_peak_bytes", "unconstrained peak", bytes_text),
+    ("largest_op_bytes", "largest operator need", bytes_text),
+    ("schedule_steps", "schedule steps", count_text),
+    ("compute_steps", "  compute", count_text),
+    ("get_steps", "  get", count_text),
+    ("pin_steps", "  pin", count_text),
+    ("release_steps", "  release", count_text),
 )
 
 
@@ -280,20 +265,20 @@ def simulate(
                   title_justify="left", show_header=False)
     table.add_column("")
     table.add_column("", justify="right")
-    budget_text = _bytes(result.budget_bytes) + (f", ratio {ratio:g}" if ratio is not None else "")
+    budget_text = bytes_text(result.budget_bytes) + (f", ratio {ratio:g}" if ratio is not None else "")
     rows = [
         ("outcome", result.outcome),
         ("overhead", overhead_text(result.overhead, 6)),
         ("budget", budget_text),
-        ("peak memory", _bytes(result.peak_bytes)),
-        ("clock", _ns(result.clock_ns)),
-        ("recompute", _ns(result.remat_ns)),
-        ("evictions (policy)", _count(result.evictions)),
-        ("  distinct storages", _count(result.distinct_evicted)),
-        ("evictions (eager)", _count(result.eager_evictions)),
-        ("score evaluations", _count(result.score_evals)),
-        ("baseline compute", _ns(result.baseline_compute_ns)),
-        ("baseline peak", _bytes(result.baseline_peak_bytes)),
+        ("peak memory", bytes_text(result.peak_bytes)),
+        ("clock", ns_text(result.clock_ns)),
+        ("recompute", ns_text(result.remat_ns)),
+        ("evictions (policy)", count_text(result.evictions)),
+        ("  distinct storages", count_text(result.distinct_evicted)),
+        ("evictions (eager)", count_text(result.eager_evictions)),
+        ("score evaluations", count_text(result.score_evals)),
+        ("baseline compute", ns_text(result.baseline_compute_ns)),
+        ("baseline peak", bytes_text(result.baseline_peak_bytes)),
     ]
     if result.engine_note:
         rows.append(("engine", f"{result.engine}: {result.engine_note}"))
@@ -408,7 +393,7 @@ def traces_list(as_json: bool = typer.Option(False, "--json", help="Print a JSON
     for column in ("name", "file", "bytes", "sha256", "what"):
         table.add_column(column, justify="right" if column == "bytes" else "left")
     for s in sets:
-        table.add_row(s.name, str(s.path), _count(s.size_bytes), s.sha256,
+        table.add_row(s.name, str(s.path), count_text(s.size_bytes), s.sha256,
                       "the DTR authors' logs.zip" if s.public else "another file")
     console().print(table)
 

@@ -65,7 +65,7 @@ def test_capture_prints_bytes_as_people_read_them_and_why_its_two_peaks_differ(t
     gap between the simulated peak (what a ratio is of) and the plain step's is explained."""
     from pathlib import Path
 
-    from dtrlab.cli import _bytes
+    from dtrlab.formats import bytes_text as _bytes
 
     steps = Path(__file__).with_name("user_steps.py")
     argv = ["capture", "--script", f"{steps}:mlp_adam", "--out", str(tmp_path / "adam.log.gz")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..formats import bytes_text
 from ..sim.instruments import LOCKED, PINNED_CONSTANT, PINNED_OUTPUT, Instruments, OomSnapshot
 from ..sim.policies import DEFAULT_POLICY
 from ..sim.result import OOM
@@ -124,23 +125,19 @@ def explain_oom(program: Program, budget_bytes: int, policy: str = DEFAULT_POLIC
     return report_of(program, res.observations.oom, res.policy, res.runtime)
 
 
-def _b(n: int) -> str:
-    return f"{n:,} B ({n / 2**20:,.1f} MiB)"
-
-
 def format_oom(report: OomReport, frames_shown: int = 12, holders_shown: int = 15) -> str:
     """The report as text: the verdict, the byte account, the stack, the largest holders."""
     r = report
     lines = [f"{r.trace}: {r.policy} / {r.runtime} runs out of memory at clock {r.clock_ns:,} ns",
-             f"  budget            {_b(r.budget_bytes)}",
-             f"  resident          {_b(r.memory_bytes)}",
-             f"  next compute      {_b(r.need_bytes)} ({r.frames[-1].op_name if r.frames else '?'})"]
+             f"  budget            {bytes_text(r.budget_bytes)}",
+             f"  resident          {bytes_text(r.memory_bytes)}",
+             f"  next compute      {bytes_text(r.need_bytes)} ({r.frames[-1].op_name if r.frames else '?'})"]
     by_reason = r.bytes_by_reason()
     for reason in sorted(by_reason, key=lambda k: -by_reason[k]):
         count = sum(1 for h in r.holders if h.reason == reason)
-        lines.append(f"    {reason:<16} {_b(by_reason[reason])} in {count} storages")
+        lines.append(f"    {reason:<16} {bytes_text(by_reason[reason])} in {count} storages")
     lines.append(f"  evictable pool    {'empty' if r.pool_empty else 'NOT empty'}")
-    verdict = ("pinned + locked + need exceed the budget by " + _b(r.shortfall_bytes)
+    verdict = ("pinned + locked + need exceed the budget by " + bytes_text(r.shortfall_bytes)
                if r.frontier_exceeds_budget else "the frontier alone does not explain the OOM")
     lines.append(f"  verdict           {verdict}")
     depth = len(r.frames)

@@ -12,6 +12,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
+from ..formats import bytes_text, ns_text
 from ..output import print_json
 
 
@@ -117,14 +118,13 @@ def capture(
 
 def _print_summary(summary: dict) -> None:
     """The capture's figures, bytes and times as people read them, and why its two peaks differ."""
-    from ..cli import _bytes, _ns
 
     shown = {"trace": summary["trace"], "model": summary["model"], "batch": summary.get("batch"),
              "device": summary["device"], "repeat": summary["repeat"],
-             "operators": f"{summary['operators']:,}", "compute": _ns(summary["compute_ns"]),
-             "simulated peak": _bytes(summary["simulated_peak_bytes"]),
-             "plain step's peak": _bytes(summary["recorded_peak_bytes"]),
-             "written in place": _bytes(summary["mutated_bytes"]), "torch": summary["torch"]}
+             "operators": f"{summary['operators']:,}", "compute": ns_text(summary["compute_ns"]),
+             "simulated peak": bytes_text(summary["simulated_peak_bytes"]),
+             "plain step's peak": bytes_text(summary["recorded_peak_bytes"]),
+             "written in place": bytes_text(summary["mutated_bytes"]), "torch": summary["torch"]}
     for key, value in shown.items():
         if value is not None:
             typer.echo(f"{key:18} {value}")

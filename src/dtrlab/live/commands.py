@@ -13,6 +13,7 @@ import typer
 from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, make_step
 from ..defaults import DEFAULT_POLICY, LIVE_CLOCKS
 from ..errors import UsageError
+from ..formats import bytes_text, count_text, ns_text, overhead_text
 from ..options import POLICIES_FILE_OPT, POLICY_HELP, EngineName
 from ..output import clean, console, print_json
 
@@ -153,12 +154,10 @@ def _check_cell(r) -> str:
 def _print_table(head: dict, report) -> None:
     from rich.table import Table
 
-    from ..cli import _bytes, _count, _ns
-    from ..formats import overhead_text
 
     ratio = f", ratio {head['ratio']:g} of the plan's peak" if head["ratio"] is not None else ""
     table = Table(title=f"{head['model']} on {head['device']}: {head['policy']}, {head['clock']} clock, "
-                        f"budget {_bytes(head['budget_bytes'])}{ratio} ({head['engine']} engine)",
+                        f"budget {bytes_text(head['budget_bytes'])}{ratio} ({head['engine']} engine)",
                   title_justify="left")
     table.add_column("")
     live = report.steps
@@ -170,23 +169,23 @@ def _print_table(head: dict, report) -> None:
 
     rows = [
         ("outcome", [r.outcome for r in live], sim and sim.outcome),
-        ("budget", [_bytes(r.budget_bytes) for r in live], sim and _bytes(sim.budget_bytes)),
-        ("peak resident", [_bytes(r.peak_bytes) for r in live], sim and _bytes(sim.peak_bytes)),
-        ("evictions (policy)", [_count(r.evictions) for r in live], sim and _count(sim.evictions)),
-        ("evictions (eager)", [_count(r.eager_evictions) for r in live], sim and _count(sim.eager_evictions)),
-        ("rematerializations", [_count(r.remats) for r in live], sim and _count(sim.remats)),
-        ("clock", [_ns(r.clock_ns) for r in live], sim and _ns(sim.clock_ns)),
-        ("recompute", [_ns(r.remat_ns) for r in live], sim and _ns(sim.remat_ns)),
+        ("budget", [bytes_text(r.budget_bytes) for r in live], sim and bytes_text(sim.budget_bytes)),
+        ("peak resident", [bytes_text(r.peak_bytes) for r in live], sim and bytes_text(sim.peak_bytes)),
+        ("evictions (policy)", [count_text(r.evictions) for r in live], sim and count_text(sim.evictions)),
+        ("evictions (eager)", [count_text(r.eager_evictions) for r in live], sim and count_text(sim.eager_evictions)),
+        ("rematerializations", [count_text(r.remats) for r in live], sim and count_text(sim.remats)),
+        ("clock", [ns_text(r.clock_ns) for r in live], sim and ns_text(sim.clock_ns)),
+        ("recompute", [ns_text(r.remat_ns) for r in live], sim and ns_text(sim.remat_ns)),
         ("overhead (clock / compute)", [overhead_text(r.overhead, 6) for r in live], sim and overhead_text(sim.overhead, 6)),
         ("wall time", [f"{r.wall_s * 1e3:,.1f} ms" for r in live], sim and ""),
         ("  against a plain step", [f"{r.wall_s / report.plain_wall_s:.2f}x" for r in live], sim and ""),
     ]
     if any(r.cuda_peak_bytes is not None for r in live):
-        rows.append(("CUDA max allocated", [_bytes(r.cuda_peak_bytes) for r in live], sim and ""))
+        rows.append(("CUDA max allocated", [bytes_text(r.cuda_peak_bytes) for r in live], sim and ""))
     if any(r.early_bytes for r in live):
-        rows.append(("new bytes before room was made", [_bytes(r.early_bytes) for r in live], sim and ""))
+        rows.append(("new bytes before room was made", [bytes_text(r.early_bytes) for r in live], sim and ""))
     if any(r.unplanned_remats for r in live):
-        rows.append(("replays outside the plan", [_count(r.unplanned_remats) for r in live], sim and ""))
+        rows.append(("replays outside the plan", [count_text(r.unplanned_remats) for r in live], sim and ""))
     if head["check"]:
         rows.append(("check: a plain step, bitwise", [_check_cell(r) for r in live], sim and ""))
     for label, cells, sim_cell in rows:
@@ -194,7 +193,7 @@ def _print_table(head: dict, report) -> None:
     out = console()
     out.print(table)
     out.print(f"plain PyTorch step: {head['plain_wall_s'] * 1e3:,.1f} ms ({head['threads']} CPU threads); "
-              f"plan ({head['plan']}): peak {_bytes(head['plan_peak_bytes'])}")
+              f"plan ({head['plan']}): peak {bytes_text(head['plan_peak_bytes'])}")
     for r in live:
         if r.error:
             out.print(f"step {r.step}: {r.error}")

@@ -11,7 +11,7 @@ from ..formats import overhead_text
 from .findings import inversion_text
 from .plan import SUBJECT_POLICY
 from .study import STUDY_TRACES
-from .tables import fmt_bytes
+from ..formats import bytes_text
 
 REPRODUCED, DIFFERS, NOT_APPLICABLE = "reproduced", "differs", "not applicable to these traces"
 SUPPORTED = "supported"  # a hypothesis the runs bear out
@@ -127,9 +127,9 @@ def _resnet(repro) -> list[Claim]:
         r = deepest.report
         measured_b2 = (f"{len(held)} of {len(cases)} OOM budgets: evictable pool empty and pinned + locked + "
                        f"next compute exceed the budget; at {deepest.ratio:g}: {len(r.frames)} frames deep "
-                       f"({sum(f.remat for f in r.frames)} rematerializations), locked {fmt_bytes(r.locked_bytes)} "
-                       f"+ pinned {fmt_bytes(r.pinned_bytes)} + need {fmt_bytes(r.need_bytes)} > "
-                       f"budget {fmt_bytes(r.budget_bytes)}")
+                       f"({sum(f.remat for f in r.frames)} rematerializations), locked {bytes_text(r.locked_bytes, scaled=False)} "
+                       f"+ pinned {bytes_text(r.pinned_bytes, scaled=False)} + need {bytes_text(r.need_bytes, scaled=False)} > "
+                       f"budget {bytes_text(r.budget_bytes, scaled=False)}")
         ok_b2 = len(held) == len(cases) and all(sum(f.remat for f in c.report.frames) > 0 for c in cases)
         evidence_b2 = {"explained": len(cases), "frontier_exceeds_budget": len(held),
                        "deepest": r.to_dict() | {"frames": len(r.frames), "holders": len(r.holders)}}

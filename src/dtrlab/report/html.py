@@ -11,7 +11,7 @@ import math
 import jinja2
 
 from .. import __version__
-from ..formats import overhead_text
+from ..formats import bytes_text, count_text, overhead_text
 from .claims import DEMONSTRATED, HYPOTHESIS, study_missing
 from .mechanisms import section as mechanisms_section
 from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
@@ -43,8 +43,8 @@ def _env(autoescape: bool) -> jinja2.Environment:
     env.filters["ratio"] = lambda x: "-" if x is None else f"{x:g}"
     env.filters["factor"] = lambda x: "-" if x is None or not math.isfinite(x) else f"{x:.2f}x"
     env.filters["overhead"] = overhead_text
-    env.filters["mib"] = lambda n: f"{n / 2**20:,.1f} MiB"
-    env.filters["count"] = lambda n: f"{n:,.0f}"
+    env.filters["bytes"] = bytes_text
+    env.filters["count"] = count_text
     env.filters["switch_text"] = switch_text
     env.filters["inversion_text"] = inversion_text
     env.filters["found_line"] = found_line

@@ -5,12 +5,8 @@ Owns what the HTML and the Markdown both show in their tables; the templates say
 
 from __future__ import annotations
 
+from ..formats import bytes_text
 from ..sim.result import OOM
-
-
-def fmt_bytes(n: int) -> str:
-    """Bytes as bytes: an OOM is decided by the last few, which MiB would round away."""
-    return f"{int(n):,} B"
 
 
 def curve_rows(repro) -> list[dict]:
@@ -44,8 +40,8 @@ def inversion_rows(repro) -> list[dict]:
 def _oom_line(case) -> str:
     r = case.report
     verdict = ("pool empty, pinned + locked + need exceed the budget by "
-               f"{fmt_bytes(r.shortfall_bytes)}" if r.frontier_exceeds_budget else
+               f"{bytes_text(r.shortfall_bytes, scaled=False)}" if r.frontier_exceeds_budget else
                "the frontier alone does not explain it")
     return (f"at {case.ratio:g}: {len(r.frames)} frames ({sum(f.remat for f in r.frames)} remats), "
-            f"locked {fmt_bytes(r.locked_bytes)}, pinned {fmt_bytes(r.pinned_bytes)}, "
-            f"need {fmt_bytes(r.need_bytes)}, budget {fmt_bytes(r.budget_bytes)}; {verdict}")
+            f"locked {bytes_text(r.locked_bytes, scaled=False)}, pinned {bytes_text(r.pinned_bytes, scaled=False)}, "
+            f"need {bytes_text(r.need_bytes, scaled=False)}, budget {bytes_text(r.budget_bytes, scaled=False)}; {verdict}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import DtrlabError
 from ..sim.result import OK, run_overhead
+from ..formats import bytes_text
 from ..sim.simulate import check_budget_bytes
 from ..trace.lower import PIN, Program
 from .format import COMPUTE, FREE, Schedule
@@ -49,10 +50,6 @@ class Replay:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-def _fmt_bytes(n: int) -> str:
-    return f"{n:,} B"
 
 
 def check_schedule(program: Program, schedule: Schedule, budget_bytes: int | None, *,
@@ -114,8 +111,8 @@ def check_schedule(program: Program, schedule: Schedule, budget_bytes: int | Non
                                            f"which is not resident: {why}")
             need = need_of[x]
             if memory + need > budget:
-                raise ScheduleError(i, f"{op_text(x)} crosses the budget: resident {_fmt_bytes(memory)} + its outputs "
-                                       f"{_fmt_bytes(need)} = {_fmt_bytes(memory + need)} > {_fmt_bytes(budget_bytes)}")
+                raise ScheduleError(i, f"{op_text(x)} crosses the budget: resident {bytes_text(memory, scaled=False)} + its outputs "
+                                       f"{bytes_text(need, scaled=False)} = {bytes_text(memory + need, scaled=False)} > {bytes_text(budget_bytes, scaled=False)}")
             if memory + need > peak:
                 peak = memory + need
             for u in range(out_start[x], out_start[x] + n_out[x]):
