@@ -120,3 +120,13 @@ def _private_cache(tmp_path_factory, monkeypatch):
     """Tests never write into the user's cache folder, nor into their data folder (fetched traces)."""
     monkeypatch.setenv("DTRLAB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "dtrlab-cache"))
     monkeypatch.setenv("DTRLAB_DATA_DIR", str(tmp_path_factory.mktemp("dtrlab-data")))
+
+
+def cli_invoke(*args):
+    """Run one dtrlab command in-process (typer's CliRunner) with `args` as strings: the one way
+    tests drive the CLI when they read its exit code and output."""
+    from typer.testing import CliRunner
+
+    from dtrlab.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])

@@ -15,15 +15,11 @@ from typer.testing import CliRunner
 
 import dtrlab.cli as cli
 from conftest import REFERENCE, TRACES, needs_shared, parity_rows
+from conftest import cli_invoke as run
 from dtrlab.cli import app, main
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def one_line_error(result, *fragments):

@@ -6,15 +6,7 @@ import json
 
 import pytest
 from conftest import TRACES, needs_shared
-from typer.testing import CliRunner
-
-from dtrlab.cli import app
-
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
+from conftest import cli_invoke as invoke
 
 
 @needs_shared

@@ -6,20 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from brute import brute_force_optimum
-from dtrlab.cli import app
+from conftest import cli_invoke as run
 from dtrlab.sim.simulate import baseline
 from dtrlab.trace import load
 from dtrlab.trace.synth import synthetic_trace
 from dtrlab.trace.write import format_trace
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def _trace(tmp_path):

@@ -7,21 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from conftest import TRACES, needs_shared, public_program
-from dtrlab.cli import app
+from conftest import cli_invoke as run
 from dtrlab.schedule import read_schedule, write_schedule
 from dtrlab.schedule.emit import simulate_schedule
 from dtrlab.sim.simulate import budget_from_ratio
 from dtrlab.trace import load
 
 TINY = Path(__file__).resolve().parents[2] / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def one_line_error(result, *fragments) -> str:

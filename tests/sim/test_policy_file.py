@@ -8,12 +8,9 @@ import json
 
 import pytest
 from conftest import TRACES, needs_shared, public_program
-from typer.testing import CliRunner
+from conftest import cli_invoke as invoke
 
-from dtrlab.cli import app
 from dtrlab.sim.simulate import budget_from_ratio, simulate
-
-runner = CliRunner()
 
 ANTI_THRASH = "score: (compute + estar) / (size * staleness ** 2)"
 CHEAP = "score: compute / size"
@@ -25,10 +22,6 @@ description = "DTR with staleness squared"
 [policies.cheap]
 score = "{CHEAP}"
 """
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def ok_json(*args):
