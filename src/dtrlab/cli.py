@@ -17,7 +17,7 @@ from .coercion import plain_coercions
 from .errors import DtrlabError
 from .defaults import DEFAULT_POLICY
 from .defaults import DEFAULT_RUNTIME
-from .options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT, EngineName
+from .options import POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SOURCE_ARG, TRACES_OPT, EngineName
 from .formats import bytes_text, count_text, ns_text, overhead_text
 from .output import console, print_json
 from .trace import resolve_source
@@ -210,8 +210,7 @@ def simulate(
                                                help="Budget in bytes."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
-    runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime",
-                                help="eager-optimized, optimized, eager, lazy, banishing (or the reference's class name)."),
+    runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime", help=RUNTIME_HELP),
     overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
                                                    help="Stop with remat_limit once the overhead must exceed X."),
     engine: EngineName = typer.Option(EngineName.auto, "--engine", help="Simulator engine."),

@@ -25,6 +25,10 @@ EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)  # -
 POLICY_HELP = ("Eviction policy: a name (see `dtrlab policies`), a formula 'score: ...', or a Python "
                "function module:function.")
 
+RUNTIME_HELP = ("Runtime: eager-optimized, optimized, eager, lazy, banishing (or the reference's class "
+                "name), with the eviction search's shortcuts after + (NAME+sample, NAME+small; "
+                "see docs/sweeps.md).")
+
 TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
 TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import UsageError
 from ..formats import overhead_text
-from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, SOURCE_ARG,  # noqa: F401
+from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, RUNTIME_HELP, SOURCE_ARG,  # noqa: F401
                        TRACE_OPT, TRACES_OPT)
 from ..output import console as _console
 from ..output import NONE_FOUND, print_findings, print_json
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # The arguments and options every diagnostics command takes, declared once (those other commands
 # take too live in dtrlab.options and are re-exported here).
 POLICY_OPT = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + ".")
-RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help="Runtime.")
+RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help=RUNTIME_HELP)
 
 
 def _progress() -> Progress:

@@ -289,6 +289,13 @@ static const char *OOM_REASON_NAMES[N_OOM_REASONS] = {"pinned constant", "pinned
 /* A storage's share of the byte columns: neither, resident on a locked unpinned storage, pinned */
 enum { SHARE_FREE = 0, SHARE_LOCKED, SHARE_PINNED };
 
+/* A region's set of storages: the bits of words [lo, lo + n) only, so that its cost follows the
+ * region, not the trace (a full row per storage grew as the square of the trace). */
+typedef struct {
+    u64 *w;
+    i32 lo, n, cap;
+} Row;
+
 /* Growable columns, one row per event; rows are appended only when the log was asked for. */
 typedef struct {
     signed char *kind;
@@ -324,18 +331,23 @@ typedef struct {
     i32 *s_live; /* tensors created so far */
     i32 *pool_prev, *pool_next;
     i32 pool_head, pool_tail, pool_n;
-    /* e* regions: one bitset row per storage and direction */
-    int words;
-    u64 *fwd_in, *fwd_fr, *rev_in, *rev_fr;
+    i32 *pool_arr, *pool_pos; /* the pool as a dense array (removal swaps in the last), for samples */
+    i64 pool_bytes;
+    /* the eviction search's shortcuts (runtime options): score a sample of ceil(sqrt(pool)) drawn
+     * from pool_arr; leave out storages below small_percent % of the pool's mean size */
+    int sample, small_percent;
+    /* e* regions: a set (interior, frontier) per storage and direction */
+    int words; /* of a bitset over every storage (pending) */
+    Row *fwd_in, *fwd_fr, *rev_in, *rev_fr;
     i64 *fwd_c, *rev_c;
     unsigned char *fwd_dirty, *rev_dirty;
     /* trusted reverse regions (see "Trusted reverse regions" below) */
     int trust_on, check;
     i32 stale;               /* check: 1 + the storage whose region or count was found wrong */
-    u64 *check_in, *check_fr; /* check: scratch rows */
+    Row check_in, check_fr; /* check: scratch sets */
     unsigned char *rev_ok; /* the stored reverse region equals a fresh traversal now */
     i32 *fr_refs;          /* per storage: trusted reverse regions with it on their frontier */
-    u64 *aff; /* scratch: a union of frontiers */
+    Row aff; /* scratch: a union of frontiers */
     i32 *aff_list, *aff_rev_list, *touched;
     u64 *lab, *delta; /* per storage: the bases of a group that reach it, not yet expanded */
     u64 *pending;     /* storages waiting to be expanded (a bitset) */
@@ -402,7 +414,9 @@ static void pool_add(St *S, i32 s) {
     if (S->pool_tail >= 0) S->pool_next[S->pool_tail] = s;
     else S->pool_head = s;
     S->pool_tail = s;
-    S->pool_n++;
+    S->pool_pos[s] = S->pool_n;
+    S->pool_arr[S->pool_n++] = s;
+    S->pool_bytes += S->p->s_size[s];
 }
 
 static void pool_remove(St *S, i32 s) {
@@ -411,7 +425,10 @@ static void pool_remove(St *S, i32 s) {
     i32 a = S->pool_prev[s], b = S->pool_next[s];
     if (a >= 0) S->pool_next[a] = b; else S->pool_head = b;
     if (b >= 0) S->pool_prev[b] = a; else S->pool_tail = a;
-    S->pool_n--;
+    i32 last = S->pool_arr[--S->pool_n];
+    S->pool_arr[S->pool_pos[s]] = last;
+    S->pool_pos[last] = S->pool_pos[s];
+    S->pool_bytes -= S->p->s_size[s];
 }
 
 /* ---- the event log ------------------------------------------------------------------------- */
@@ -485,18 +502,108 @@ static void unlock(St *S, i32 s) {
 
 /* ---- bitsets ------------------------------------------------------------------------------ */
 
-static inline u64 *row(u64 *base, const St *S, i32 s) { return base + (size_t)s * S->words; }
 static inline void bset(u64 *b, i32 i) { b[i >> 6] |= ((u64)1) << (i & 63); }
 static inline void bclr(u64 *b, i32 i) { b[i >> 6] &= ~(((u64)1) << (i & 63)); }
 static inline int bget(const u64 *b, i32 i) { return (int)((b[i >> 6] >> (i & 63)) & 1); }
 
-static void region_clear(St *S, int forward, i32 s) {
-    unsigned char *dirty = forward ? S->fwd_dirty : S->rev_dirty;
-    if (dirty[s]) {
-        memset(row(forward ? S->fwd_in : S->rev_in, S, s), 0, sizeof(u64) * S->words);
-        memset(row(forward ? S->fwd_fr : S->rev_fr, S, s), 0, sizeof(u64) * S->words);
-        dirty[s] = 0;
+static inline u64 rword(const Row *r, i32 w) {
+    i32 k = w - r->lo;
+    return k >= 0 && k < r->n ? r->w[k] : 0;
+}
+static inline int rget(const Row *r, i32 i) { return (int)((rword(r, i >> 6) >> (i & 63)) & 1); }
+static inline void rclr(Row *r, i32 i) {
+    i32 k = (i >> 6) - r->lo;
+    if (k >= 0 && k < r->n) r->w[k] &= ~(((u64)1) << (i & 63));
+}
+
+/* Widen r's span to hold words [lo, hi); 0 when out of memory. A span that must grow at least
+ * doubles on that side (within the bitset's words), so a set built a member at a time in any
+ * order moves its words O(log n) times, and a span is at most about 3x its members' extent. */
+static int rcover(St *S, Row *r, i32 lo, i32 hi) {
+    if (r->n > 0) {
+        i32 cur_lo = r->lo, cur_hi = r->lo + r->n;
+        if (lo >= cur_lo && hi <= cur_hi) return 1;
+        if (lo < cur_lo) { i32 far = cur_lo - r->n; lo = far < 0 ? 0 : (lo < far ? lo : far); }
+        else lo = cur_lo;
+        if (hi > cur_hi) { i32 far = cur_hi + r->n; if (far > S->words) far = S->words; hi = hi > far ? hi : far; }
+        else hi = cur_hi;
     }
+    i32 n = hi - lo;
+    if (n > r->cap) {
+        i32 cap = n > 2 * r->cap ? n : 2 * r->cap;
+        u64 *w = realloc(r->w, sizeof(u64) * (size_t)cap);
+        if (!w) { S->nomem = 1; return 0; }
+        r->w = w;
+        r->cap = cap;
+    }
+    if (r->n > 0) {
+        i32 shift = r->lo - lo;
+        if (shift) memmove(r->w + shift, r->w, sizeof(u64) * (size_t)r->n);
+        memset(r->w, 0, sizeof(u64) * (size_t)shift);
+        memset(r->w + shift + r->n, 0, sizeof(u64) * (size_t)(n - shift - r->n));
+    } else {
+        memset(r->w, 0, sizeof(u64) * (size_t)n);
+    }
+    r->lo = lo;
+    r->n = n;
+    return 1;
+}
+
+static inline void rset(St *S, Row *r, i32 i) {
+    i32 w = i >> 6;
+    if ((r->n == 0 || w < r->lo || w >= r->lo + r->n) && !rcover(S, r, w, w + 1)) return;
+    r->w[w - r->lo] |= ((u64)1) << (i & 63);
+}
+
+/* The words of r that hold members: [*a, *b) relative to r->lo (empty when *a == *b). */
+static inline void rextent(const Row *r, i32 *a, i32 *b) {
+    i32 i = 0, j = r->n;
+    while (i < j && !r->w[i]) i++;
+    while (j > i && !r->w[j - 1]) j--;
+    *a = i;
+    *b = j;
+}
+
+/* dst |= src */
+static void ror(St *S, Row *dst, const Row *src) {
+    i32 a, b;
+    rextent(src, &a, &b);
+    if (a == b || !rcover(S, dst, src->lo + a, src->lo + b)) return;
+    u64 *d = dst->w + (src->lo - dst->lo);
+    for (i32 k = a; k < b; k++) d[k] |= src->w[k];
+}
+
+static int rempty(const Row *r) {
+    for (i32 k = 0; k < r->n; k++)
+        if (r->w[k]) return 0;
+    return 1;
+}
+
+static int requal(const Row *a, const Row *b) {
+    for (i32 k = 0; k < a->n; k++)
+        if (a->w[k] != rword(b, a->lo + k)) return 0;
+    for (i32 k = 0; k < b->n; k++)
+        if (b->w[k] != rword(a, b->lo + k)) return 0;
+    return 1;
+}
+
+static void rcopy(St *S, Row *dst, const Row *src) {
+    dst->n = 0;
+    ror(S, dst, src);
+}
+
+/* Run the statements after x with x each member of r, ascending. */
+#define FOR_ROW(r, x, ...)                                                                     \
+    for (i32 k_ = 0; k_ < (r)->n; k_++)                                                        \
+        for (u64 d_ = (r)->w[k_]; d_; d_ &= d_ - 1) {                                          \
+            i32 x = (((r)->lo + k_) << 6) + __builtin_ctzll(d_);                               \
+            __VA_ARGS__                                                                        \
+        }
+
+static void region_clear(St *S, int forward, i32 s) {
+    (forward ? S->fwd_in : S->rev_in)[s].n = 0;
+    (forward ? S->fwd_fr : S->rev_fr)[s].n = 0;
+    (forward ? S->fwd_dirty : S->rev_dirty)[s] = 0;
     (forward ? S->fwd_c : S->rev_c)[s] = 0;
 }
 
@@ -508,7 +615,7 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     const Prog *p = S->p;
     const i32 *ptr = forward ? p->f_ptr : p->r_ptr, *list = forward ? p->f_list : p->r_list;
     const i32 *birth = forward ? p->f_birth : p->r_birth;
-    u64 *in_base = forward ? S->fwd_in : S->rev_in, *fr_base = forward ? S->fwd_fr : S->rev_fr;
+    Row *in_base = forward ? S->fwd_in : S->rev_in, *fr_base = forward ? S->fwd_fr : S->rev_fr;
     i64 *comp = forward ? S->fwd_c : S->rev_c;
     unsigned char *dirty = forward ? S->fwd_dirty : S->rev_dirty;
     u64 *pend = S->pending;
@@ -528,11 +635,11 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     for (int j = 0; j < nb; j++) {
         i32 b = bases[j];
         u64 bit = ((u64)1) << j;
-        u64 *fr = row(fr_base, S, b);
+        Row *fr = &fr_base[b];
         for (i32 k = ptr[b], end = ptr[b + 1]; k < end && birth[k] < ops; k++) {
             i32 y = list[k];
             if (S->material[y]) {
-                if (y != b) { bset(fr, y); dirty[b] = 1; }
+                if (y != b) { rset(S, fr, y); dirty[b] = 1; }
             } else if (!(S->lab[y] & bit)) {
                 PUSH(y, bit);
             }
@@ -553,7 +660,7 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
             if (S->material[y]) {
                 for (u64 m = d; m; m &= m - 1) {
                     i32 b = bases[__builtin_ctzll(m)];
-                    if (y != b) { bset(row(fr_base, S, b), y); dirty[b] = 1; }
+                    if (y != b) { rset(S, &fr_base[b], y); dirty[b] = 1; }
                 }
                 continue;
             }
@@ -567,7 +674,7 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
         i64 c = S->s_compute[x];
         for (u64 m = S->lab[x]; m; m &= m - 1) {
             i32 b = bases[__builtin_ctzll(m)];
-            bset(row(in_base, S, b), x);
+            rset(S, &in_base[b], x);
             comp[b] += c;
             dirty[b] = 1;
         }
@@ -592,13 +699,11 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
 /* Self-check (the `check` option, for tests): b's trusted reverse region against a fresh
  * traversal, which leaves it as it was when they agree. */
 static void check_rev(St *S, i32 b) {
-    size_t bytes = sizeof(u64) * (size_t)S->words;
     i64 c = S->rev_c[b];
-    memcpy(S->check_in, row(S->rev_in, S, b), bytes);
-    memcpy(S->check_fr, row(S->rev_fr, S, b), bytes);
+    rcopy(S, &S->check_in, &S->rev_in[b]);
+    rcopy(S, &S->check_fr, &S->rev_fr[b]);
     rebuild_group(S, 0, &b, 1);
-    if (memcmp(S->check_in, row(S->rev_in, S, b), bytes) || memcmp(S->check_fr, row(S->rev_fr, S, b), bytes) ||
-        c != S->rev_c[b])
+    if (!requal(&S->check_in, &S->rev_in[b]) || !requal(&S->check_fr, &S->rev_fr[b]) || c != S->rev_c[b])
         S->stale = b + 1;
 }
 
@@ -609,16 +714,14 @@ static void check_all(St *S) {
         if (S->rev_ok[x]) check_rev(S, x);
     for (i32 y = 0; y < n && !S->stale; y++) {
         i32 refs = 0;
-        for (i32 x = 0; x < n; x++) refs += S->rev_ok[x] && bget(row(S->rev_fr, S, x), y);
+        for (i32 x = 0; x < n; x++) refs += S->rev_ok[x] && rget(&S->rev_fr[x], y);
         if (refs != S->fr_refs[y]) S->stale = y + 1;
     }
 }
 
 /* Add delta to the frontier count of every storage on b's reverse frontier. */
 static void count_frontier(St *S, i32 b, i32 delta) {
-    const u64 *fr = row(S->rev_fr, S, b);
-    for (int w = 0; w < S->words; w++)
-        for (u64 d = fr[w]; d; d &= d - 1) S->fr_refs[(w << 6) + __builtin_ctzll(d)] += delta;
+    FOR_ROW(&S->rev_fr[b], y, S->fr_refs[y] += delta;)
 }
 
 static void rev_untrust(St *S, i32 b) {
@@ -634,20 +737,20 @@ static void rev_trust(St *S, i32 b) {
 }
 
 /* Whether storage c has a born consumer that is b or inside b's reverse region `in`. */
-static int feeds(const St *S, i32 c, i32 b, const u64 *in) {
+static int feeds(const St *S, i32 c, i32 b, const Row *in) {
     const Prog *p = S->p;
     for (i32 k = p->f_ptr[c], end = p->f_ptr[c + 1]; k < end && p->f_birth[k] < S->ops_created; k++) {
         i32 y = p->f_list[k];
-        if (y == b || bget(in, y)) return 1;
+        if (y == b || rget(in, y)) return 1;
     }
     return 0;
 }
 
-static void refresh_frontier_bit(St *S, i32 b, u64 *in, u64 *fr, i32 c) {
-    int now = feeds(S, c, b, in), was = bget(fr, c);
+static void refresh_frontier_bit(St *S, i32 b, Row *in, Row *fr, i32 c) {
+    int now = feeds(S, c, b, in), was = rget(fr, c);
     if (now == was) return;
-    if (now) { bset(fr, c); S->fr_refs[c]++; }
-    else { bclr(fr, c); S->fr_refs[c]--; }
+    if (now) { rset(S, fr, c); S->fr_refs[c]++; }
+    else { rclr(fr, c); S->fr_refs[c]--; }
 }
 
 /* The reverse region of trusted b after the storages rs[k] with leaf[k] set became material; a
@@ -656,18 +759,18 @@ static void refresh_frontier_bit(St *S, i32 b, u64 *in, u64 *fr, i32 c) {
 static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 nrs) {
     if (!S->rev_ok[b]) return 0;
     const Prog *p = S->p;
-    u64 *in = row(S->rev_in, S, b), *fr = row(S->rev_fr, S, b);
+    Row *in = &S->rev_in[b], *fr = &S->rev_fr[b];
     int any = 0;
     for (i32 k = 0; k < nrs; k++)
-        if (bget(in, rs[k])) {
+        if (rget(in, rs[k])) {
             if (!leaf[k]) return 0;
             any = 1;
         }
     if (!any) return 0;
     unsigned char *gone = S->op_gone;
     for (i32 k = 0; k < nrs; k++) {
-        gone[k] = (unsigned char)bget(in, rs[k]);
-        if (gone[k]) { bclr(in, rs[k]); S->rev_c[b] -= S->s_compute[rs[k]]; }
+        gone[k] = (unsigned char)rget(in, rs[k]);
+        if (gone[k]) { rclr(in, rs[k]); S->rev_c[b] -= S->s_compute[rs[k]]; }
     }
     for (i32 k = 0; k < nrs; k++) {
         if (!gone[k]) continue;
@@ -686,11 +789,7 @@ static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 
  * moved to the front of `bases` and their number returned, for a full rebuild. */
 static i32 update_trusted(St *S, const i32 *rs, i32 nrs, i32 *bases, i32 n) {
     unsigned char *leaf = S->op_leaf;
-    for (i32 k = 0; k < nrs; k++) {
-        const u64 *ri = row(S->rev_in, S, rs[k]); /* just rebuilt */
-        leaf[k] = 1;
-        for (int w = 0; w < S->words && leaf[k]; w++) if (ri[w]) leaf[k] = 0;
-    }
+    for (i32 k = 0; k < nrs; k++) leaf[k] = (unsigned char)rempty(&S->rev_in[rs[k]]); /* just rebuilt */
     i32 slow = 0;
     for (i32 k = 0; k < n; k++)
         if (!rev_fast(S, bases[k], rs, leaf, nrs)) bases[slow++] = bases[k];
@@ -710,29 +809,28 @@ static void rebuild_regions(St *S, int forward, const i32 *bases, i32 n) {
 /* The reference's incremental upkeep: region r takes in evicted frontier storage s and o, the
  * region of s in the same direction; s counts again if it was already inside (kept for parity). */
 static void region_absorb(St *S, int forward, i32 r, i32 s) {
-    u64 *rin = row(forward ? S->fwd_in : S->rev_in, S, r);
-    u64 *rfr = row(forward ? S->fwd_fr : S->rev_fr, S, r);
-    const u64 *oin = row(forward ? S->fwd_in : S->rev_in, S, s);
-    const u64 *ofr = row(forward ? S->fwd_fr : S->rev_fr, S, s);
+    Row *rin = &(forward ? S->fwd_in : S->rev_in)[r], *rfr = &(forward ? S->fwd_fr : S->rev_fr)[r];
+    const Row *oin = &(forward ? S->fwd_in : S->rev_in)[s], *ofr = &(forward ? S->fwd_fr : S->rev_fr)[s];
     i64 *rc = forward ? S->fwd_c : S->rev_c;
-    bclr(rfr, s);
+    rclr(rfr, s);
+    ror(S, rfr, ofr);
     int s_in_diff = 0;
     i64 add = 0;
-    for (int w = 0; w < S->words; w++) {
-        rfr[w] |= ofr[w];
-        u64 d = oin[w] & ~rin[w];
-        if (d) {
+    i32 a, b;
+    rextent(oin, &a, &b);
+    if (a < b && rcover(S, rin, oin->lo + a, oin->lo + b)) {
+        u64 *ri = rin->w + (oin->lo - rin->lo);
+        for (i32 k = a; k < b; k++) {
+            u64 d = oin->w[k] & ~ri[k];
+            if (!d) continue;
+            i32 w = oin->lo + k;
             if (w == (s >> 6) && ((d >> (s & 63)) & 1)) s_in_diff = 1;
-            rin[w] |= d;
-            while (d) {
-                int b = __builtin_ctzll(d);
-                add += S->s_compute[(w << 6) + b];
-                d &= d - 1;
-            }
+            ri[k] |= d;
+            for (; d; d &= d - 1) add += S->s_compute[(w << 6) + __builtin_ctzll(d)];
         }
     }
     if (!s_in_diff) add += S->s_compute[s];
-    bset(rin, s);
+    rset(S, rin, s);
     rc[r] += add;
     (forward ? S->fwd_dirty : S->rev_dirty)[r] = 1;
 }
@@ -964,6 +1062,29 @@ static u64 splitmix(u64 *x) {
     return z ^ (z >> 31);
 }
 
+/* Whether the search leaves s out as small (below small_percent % of the pool's mean size). */
+static inline int too_small(const St *S, i32 s) {
+    return S->small_percent &&
+           (i128)S->p->s_size[s] * S->pool_n * 100 < (i128)S->pool_bytes * S->small_percent;
+}
+
+/* The reference's rule over candidates in turn: the last whose score is <= the best so far
+ * (a NaN counts as +inf), stopping at a score of exactly 0 (returns 1). */
+static inline int consider(St *S, i32 s, Val *best, i32 *best_s) {
+    Val c = score(S, s);
+    if (val_le(c, *best)) { *best = c; *best_s = s; }
+    else if (c.f && c.d != c.d && best->f && best->d == INFINITY) *best_s = s;
+    return val_zero(c);
+}
+
+/* The whole pool in its order, the small left out when skip_small. */
+static i32 scan_all(St *S, int skip_small, Val *best) {
+    i32 best_s = -1;
+    for (i32 s = S->pool_head; s >= 0; s = S->pool_next[s])
+        if (!(skip_small && too_small(S, s)) && consider(S, s, best, &best_s)) break;
+    return best_s;
+}
+
 static i32 choose(St *S) {
     if (S->random) {
         S->evals++;
@@ -976,12 +1097,20 @@ static i32 choose(St *S) {
     }
     Val best = vdbl(INFINITY);
     i32 best_s = -1;
-    for (i32 s = S->pool_head; s >= 0; s = S->pool_next[s]) {
-        Val c = score(S, s);
-        if (val_le(c, best)) { best = c; best_s = s; }
-        else if (c.f && c.d != c.d && best.f && best.d == INFINITY) best_s = s; /* NaN counts as +inf */
-        if (val_zero(c)) break;
+    if (S->sample) {
+        u64 n = (u64)S->pool_n, lim = UINT64_MAX - UINT64_MAX % n, r;
+        u64 k = (u64)sqrt((double)(n - 1));
+        while (k * k > n - 1) k--;
+        while ((k + 1) * (k + 1) <= n - 1) k++;
+        for (u64 j = 0; j <= k; j++) { /* ceil(sqrt(n)) draws, with replacement */
+            do r = splitmix(&S->rng); while (r >= lim);
+            i32 s = S->pool_arr[r % n];
+            if (!too_small(S, s) && consider(S, s, &best, &best_s)) break;
+        }
     }
+    /* no sample, or a sample of small storages only: the exact search, then without the filter */
+    if (best_s < 0) best_s = scan_all(S, S->small_percent != 0, &best);
+    if (best_s < 0 && S->small_percent) best_s = scan_all(S, 0, &best);
     if (S->ev_on && best_s >= 0) { /* the score and terms of the choice, for its eviction's row */
         i64 fresh[3] = {0, 0, 0};
         S->have_choice = 1;
@@ -999,25 +1128,25 @@ static i32 choose(St *S) {
 
 /* Before the reverse regions downstream of s absorb it: which of them stay trusted. */
 static void evict_trust(St *S, i32 s) {
-    const u64 *ffr = row(S->fwd_fr, S, s), *ofr = row(S->rev_fr, S, s);
+    const Row *ffr = &S->fwd_fr[s], *ofr = &S->rev_fr[s];
     const i32 holders = S->fr_refs[s]; /* trusted regions with s on their frontier */
     const int fresh_source = S->rev_ok[s];
     i32 seen = 0;
-    for (int w = 0; w < S->words; w++)
-        for (u64 d = ffr[w]; d; d &= d - 1) {
-            i32 x = (w << 6) + __builtin_ctzll(d);
-            if (S->pinned[x] || !S->rev_ok[x]) continue;
-            const u64 *rfr = row(S->rev_fr, S, x);
-            int holds = bget(rfr, s);
-            seen += holds;
-            if (!fresh_source || !holds) { rev_untrust(S, x); continue; }
-            S->fr_refs[s]--; /* absorbing s: it leaves the frontier, its own frontier joins */
-            for (int v = 0; v < S->words; v++)
-                for (u64 e = ofr[v] & ~rfr[v]; e; e &= e - 1) S->fr_refs[(v << 6) + __builtin_ctzll(e)]++;
+    FOR_ROW(ffr, x, {
+        if (S->pinned[x] || !S->rev_ok[x]) continue;
+        const Row *rfr = &S->rev_fr[x];
+        int holds = rget(rfr, s);
+        seen += holds;
+        if (!fresh_source || !holds) { rev_untrust(S, x); continue; }
+        S->fr_refs[s]--; /* absorbing s: it leaves the frontier, its own frontier joins */
+        for (i32 v = 0; v < ofr->n; v++) {
+            i32 w = ofr->lo + v;
+            for (u64 e = ofr->w[v] & ~rword(rfr, w); e; e &= e - 1) S->fr_refs[(w << 6) + __builtin_ctzll(e)]++;
         }
+    })
     if (seen != holders) /* a trusted region has s on its frontier but will not absorb it */
         for (i32 x = 0; x < S->p->n_storages; x++)
-            if (S->rev_ok[x] && bget(row(S->rev_fr, S, x), s) && !bget(ffr, x)) rev_untrust(S, x);
+            if (S->rev_ok[x] && rget(&S->rev_fr[x], s) && !rget(ffr, x)) rev_untrust(S, x);
 }
 
 static void evict(St *S, i32 s, int by_policy) {
@@ -1042,19 +1171,9 @@ static void evict(St *S, i32 s, int by_policy) {
     }
     if (S->ev_on) { reshare(S, s); emit(S, by_policy ? EV_EVICT : EV_EVICT_EAGER, s, -1, -1); }
     if (S->regions_on) {
-        const u64 *rfr = row(S->rev_fr, S, s);
-        for (int w = 0; w < S->words; w++)
-            for (u64 d = rfr[w]; d; d &= d - 1) {
-                i32 x = (w << 6) + __builtin_ctzll(d);
-                if (!S->pinned[x]) region_absorb(S, 1, x, s);
-            }
-        const u64 *ffr = row(S->fwd_fr, S, s);
+        FOR_ROW(&S->rev_fr[s], x, if (!S->pinned[x]) region_absorb(S, 1, x, s);)
         if (S->trust_on) evict_trust(S, s);
-        for (int w = 0; w < S->words; w++)
-            for (u64 d = ffr[w]; d; d &= d - 1) {
-                i32 x = (w << 6) + __builtin_ctzll(d);
-                if (!S->pinned[x]) region_absorb(S, 0, x, s);
-            }
+        FOR_ROW(&S->fwd_fr[s], x, if (!S->pinned[x]) region_absorb(S, 0, x, s);)
         if (S->trust_on) rev_untrust(S, s);
         region_clear(S, 1, s);
         region_clear(S, 0, s);
@@ -1117,7 +1236,7 @@ static void alias_untrust(St *S, i32 s) {
     rev_untrust(S, s);
     if (S->material[s]) return; /* a trusted region holds only storages not in memory */
     for (i32 x = 0; x < S->p->n_storages; x++)
-        if (S->rev_ok[x] && bget(row(S->rev_in, S, x), s)) rev_untrust(S, x);
+        if (S->rev_ok[x] && rget(&S->rev_in[x], s)) rev_untrust(S, x);
 }
 
 static void create(St *S, i32 op) {
@@ -1140,18 +1259,12 @@ static void create(St *S, i32 op) {
 
 /* Append to list (after its n entries) every storage on the frontier, in fr_base, of one of rs
  * that is neither pinned nor one of rs; returns the new length. */
-static i32 frontier_members(St *S, const u64 *fr_base, const i32 *rs, i32 nrs, i32 *list, i32 n) {
-    memset(S->aff, 0, sizeof(u64) * S->words);
-    for (i32 k = 0; k < nrs; k++) {
-        const u64 *fr = fr_base + (size_t)rs[k] * S->words;
-        for (int w = 0; w < S->words; w++) S->aff[w] |= fr[w];
-    }
-    for (i32 k = 0; k < nrs; k++) bclr(S->aff, rs[k]);
-    for (int w = 0; w < S->words; w++)
-        for (u64 d = S->aff[w]; d; d &= d - 1) {
-            i32 x = (w << 6) + __builtin_ctzll(d);
-            if (!S->pinned[x]) list[n++] = x;
-        }
+static i32 frontier_members(St *S, const Row *fr_base, const i32 *rs, i32 nrs, i32 *list, i32 n) {
+    Row *aff = &S->aff;
+    aff->n = 0;
+    for (i32 k = 0; k < nrs; k++) ror(S, aff, &fr_base[rs[k]]);
+    for (i32 k = 0; k < nrs; k++) rclr(aff, rs[k]);
+    FOR_ROW(aff, x, if (!S->pinned[x]) list[n++] = x;)
     return n;
 }
 
@@ -1384,10 +1497,14 @@ static int run_schedule(St *S) {
 /* ---- Python glue --------------------------------------------------------------------------- */
 
 static void st_free(St *S) {
+    Row *rows[] = {S->fwd_in, S->fwd_fr, S->rev_in, S->rev_fr};
+    for (int k = 0; k < 4; k++)
+        if (rows[k])
+            for (i32 s = 0; s <= S->p->n_storages; s++) free(rows[k][s].w);
     void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
-                    S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->fwd_in,
+                    S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->pool_arr, S->pool_pos, S->fwd_in,
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
-                    S->aff, S->rev_ok, S->fr_refs, S->check_in, S->check_fr, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
+                    S->aff.w, S->rev_ok, S->fr_refs, S->check_in.w, S->check_fr.w, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
                     S->fr_wait, S->undef, S->evicted_by_policy, S->op_rs, S->op_dup, S->op_leaf, S->op_gone, S->hist_evict, S->hist_remat, S->share,
                     S->ev.kind, S->ev.score, S->ev.terms};
@@ -1601,6 +1718,8 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
     S->s_live = calloc(ns + 1, sizeof(i32));
     S->pool_prev = malloc(sizeof(i32) * (ns + 1));
     S->pool_next = malloc(sizeof(i32) * (ns + 1));
+    S->pool_arr = malloc(sizeof(i32) * (ns + 1));
+    S->pool_pos = malloc(sizeof(i32) * (ns + 1));
     S->dfs = malloc(sizeof(i32) * (ns + 1));
     S->ecn = malloc(sizeof(i32) * (ns + 1));
     S->mark = calloc(ns + 1, sizeof(i32));
@@ -1614,7 +1733,7 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
     S->op_leaf = malloc((size_t)max_out + 1);
     S->op_gone = malloc((size_t)max_out + 1);
     int ok = S->op_rs && S->op_dup && S->op_leaf && S->op_gone && S->defined && S->material && S->pinned && S->in_pool && S->ref_int && S->ref_ext &&
-             S->s_compute && S->last_access && S->s_live && S->pool_prev && S->pool_next && S->dfs && S->ecn &&
+             S->s_compute && S->last_access && S->s_live && S->pool_prev && S->pool_next && S->pool_arr && S->pool_pos && S->dfs && S->ecn &&
              S->mark && S->mark2 && S->umark && S->evicted_by_policy;
     if (ok && want_events) {
         S->share = calloc(ns + 1, 1);
@@ -1626,21 +1745,18 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
         ok = S->hist_evict && S->hist_remat;
     }
     if (ok && regions) {
-        size_t cells = (size_t)ns * S->words;
-        S->fwd_in = calloc(cells, sizeof(u64)); S->fwd_fr = calloc(cells, sizeof(u64));
-        S->rev_in = calloc(cells, sizeof(u64)); S->rev_fr = calloc(cells, sizeof(u64));
+        S->fwd_in = calloc(ns + 1, sizeof(Row)); S->fwd_fr = calloc(ns + 1, sizeof(Row));
+        S->rev_in = calloc(ns + 1, sizeof(Row)); S->rev_fr = calloc(ns + 1, sizeof(Row));
         S->fwd_c = calloc(ns + 1, sizeof(i64)); S->rev_c = calloc(ns + 1, sizeof(i64));
         S->fwd_dirty = calloc(ns + 1, 1); S->rev_dirty = calloc(ns + 1, 1);
-        S->aff = calloc(S->words, sizeof(u64));
         S->aff_list = malloc(sizeof(i32) * (ns + 1)); S->aff_rev_list = malloc(sizeof(i32) * (ns + 1));
         S->touched = malloc(sizeof(i32) * (ns + 1));
         S->lab = calloc(ns + 1, sizeof(u64)); S->delta = calloc(ns + 1, sizeof(u64));
         S->pending = calloc(S->words, sizeof(u64));
         S->rev_ok = calloc(ns + 1, 1); S->fr_refs = calloc(ns + 1, sizeof(i32));
-        S->check_in = calloc(S->words, sizeof(u64)); S->check_fr = calloc(S->words, sizeof(u64));
         ok = S->fwd_in && S->fwd_fr && S->rev_in && S->rev_fr && S->fwd_c && S->rev_c && S->fwd_dirty &&
-             S->rev_dirty && S->aff && S->aff_list && S->aff_rev_list && S->touched &&
-             S->lab && S->delta && S->pending && S->rev_ok && S->fr_refs && S->check_in && S->check_fr;
+             S->rev_dirty && S->aff_list && S->aff_rev_list && S->touched &&
+             S->lab && S->delta && S->pending && S->rev_ok && S->fr_refs;
         S->trust_on = ok && trust && acyclic(P, S->dfs, S->mark);
     }
     if (ok && !regions) { /* scores read these as zero */
@@ -1662,15 +1778,20 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
 static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bufs", "budget", "code", "floats", "eager", "regions", "eq", "history",
                              "remat_limit", "seed", "counts", "events", "oom", "check", "progress",
-                             "progress_every", NULL};
+                             "progress_every", "sample", "small_percent", NULL};
     PyObject *bufs, *code_obj, *floats_obj, *counts = Py_None, *progress = Py_None;
     long long budget, seed, progress_every = 1 << 12;
-    int eager, regions, eq, history, want_events = 0, want_oom = 0, check = 0;
+    int eager, regions, eq, history, want_events = 0, want_oom = 0, check = 0, sample = 0, small_percent = 0;
     double remat_limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppdL|OpppOL", kwlist, &bufs, &budget, &code_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppdL|OpppOLpi", kwlist, &bufs, &budget, &code_obj,
                                      &floats_obj, &eager, &regions, &eq, &history, &remat_limit, &seed,
-                                     &counts, &want_events, &want_oom, &check, &progress, &progress_every))
+                                     &counts, &want_events, &want_oom, &check, &progress, &progress_every,
+                                     &sample, &small_percent))
         return NULL;
+    if (small_percent < 0 || small_percent > 100) {
+        PyErr_SetString(PyExc_ValueError, "small_percent must be in 0..100");
+        return NULL;
+    }
     if (progress != Py_None && (!PyCallable_Check(progress) || progress_every < 1)) {
         PyErr_SetString(PyExc_TypeError, "progress must be callable, progress_every at least 1");
         return NULL;
@@ -1713,6 +1834,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
     if (st_init(&S, &P, budget, have_code ? &code : NULL, &floats, eager, regions, eq, history, remat_limit,
                 seed, want_events, check, 1) < 0)
         goto fail_counts;
+    S.sample = sample;
+    S.small_percent = small_percent;
     if (ncounts) { S.cnt_policy = cviews[0].buf; S.cnt_eager = cviews[1].buf; S.cnt_remat = cviews[2].buf; }
     if (progress != Py_None) {
         S.progress = progress; /* borrowed: the call holds it */
@@ -1815,17 +1938,22 @@ static void follower_dealloc(Follower *F) {
 
 static int follower_init(Follower *F, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bufs", "budget", "code", "floats", "eager", "regions", "eq", "history",
-                             "seed", "executor", "fixed_costs", NULL};
+                             "seed", "executor", "fixed_costs", "sample", "small_percent", NULL};
     PyObject *bufs, *code_obj, *floats_obj, *ex;
     long long budget, seed;
-    int eager, regions, eq, history, fixed;
+    int eager, regions, eq, history, fixed, sample = 0, small_percent = 0;
     if (F->have_state) {
         PyErr_SetString(PyExc_RuntimeError, "a Follower is set up once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppLOp", kwlist, &bufs, &budget, &code_obj, &floats_obj,
-                                     &eager, &regions, &eq, &history, &seed, &ex, &fixed))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLOOppppLOp|pi", kwlist, &bufs, &budget, &code_obj, &floats_obj,
+                                     &eager, &regions, &eq, &history, &seed, &ex, &fixed, &sample,
+                                     &small_percent))
         return -1;
+    if (small_percent < 0 || small_percent > 100) {
+        PyErr_SetString(PyExc_ValueError, "small_percent must be in 0..100");
+        return -1;
+    }
     memset(&F->P, 0, sizeof F->P);
     if (take_buffers(bufs, &F->P, F->views) < 0) return -1;
     Py_buffer *opc = &F->views[0];
@@ -1845,6 +1973,8 @@ static int follower_init(Follower *F, PyObject *args, PyObject *kw) {
     if (st_init(&F->S, &F->P, budget, F->have_code ? &F->code : NULL, &F->floats, eager, regions, eq, history,
                 INFINITY, seed, 0, 0, fixed) < 0)
         goto fail_code;
+    F->S.sample = sample;
+    F->S.small_percent = small_percent;
     F->S.ex_compute = PyObject_GetAttrString(ex, "compute");
     F->S.ex_drop = F->S.ex_compute ? PyObject_GetAttrString(ex, "drop") : NULL;
     if (!F->S.ex_drop) {

@@ -180,7 +180,8 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
                        runtime.eager, runtime.optimized and NEIGHBORHOOD in policy.needs,
                        runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
                        float(remat_limit_ns), int(seed) & 0x7FFFFFFFFFFFFFFF, arrays, events, oom, check,
-                       progress, int(progress_every))
+                       progress, int(progress_every), sample=runtime.sample,
+                       small_percent=runtime.small_percent)
     if out["outcome"] == _cengine.OUTCOMES["overflow"]:
         raise ScoreOverflow(f"policy {policy.name}: a score's integer left 128 bits")
     out["outcome"] = _OUTCOMES[out["outcome"]]
@@ -248,7 +249,8 @@ class Follower:
         self._f = _cengine.Follower(bufs, budget, code, floats, runtime.eager,
                                     runtime.optimized and NEIGHBORHOOD in policy.needs,
                                     runtime.optimized and EQ_CLASS in policy.needs, HISTORY in policy.needs,
-                                    int(seed) & 0x7FFFFFFFFFFFFFFF, executor, fixed_costs)
+                                    int(seed) & 0x7FFFFFFFFFFFFFFF, executor, fixed_costs,
+                                    sample=runtime.sample, small_percent=runtime.small_percent)
         self._avail = 0
         self._sizes = program.storage_size_bytes.tolist()
 

@@ -151,6 +151,11 @@ class Engine:
         self.pinned: list[bool] = []
         self.last_access: list[float] = []  # the reference's last_access_int
         self.pool: dict[int, None] = {}  # insertion-ordered set of evictable storages
+        # the pool as a dense array (removal swaps in the last), as the compiled engine keeps it,
+        # for the search's sample; and the pool's bytes, for its small-storage filter
+        self.pool_arr: list[int] = []
+        self.pool_pos: dict[int, int] = {}
+        self.pool_bytes = 0
         self.region_fwd: list[_Region] | None = [] if self.regions_on else None
         self.region_rev: list[_Region] | None = [] if self.regions_on else None
         # equivalence classes: union-find over nodes, value kept at the root
@@ -251,10 +256,19 @@ class Engine:
     def _make_evictable(self, s: int) -> None:
         if s not in self.pool:
             self.pool[s] = None
+            self.pool_pos[s] = len(self.pool_arr)
+            self.pool_arr.append(s)
+            self.pool_bytes += self.s_size[s]
 
     def _make_unevictable(self, s: int) -> bool:
         if s in self.pool:
             del self.pool[s]
+            last = self.pool_arr.pop()
+            k = self.pool_pos.pop(s)
+            if last != s:
+                self.pool_arr[k] = last
+                self.pool_pos[last] = k
+            self.pool_bytes -= self.s_size[s]
             return True
         return False
 
@@ -431,7 +445,7 @@ class Engine:
             pool = list(self.pool)
             return pool[self.rng.below(len(pool))]
         try:
-            best_s, best, evals = scan_pool(self.pool, self._score)
+            best_s, best, evals = self._search()
             self.score_evals += evals
         except OverflowError:
             raise UsageError(f"policy {self.policy.name}: a score is too large for a float "
@@ -439,6 +453,32 @@ class Engine:
         if self.obs:
             self.obs.on_choose(self, best_s, best)
         return best_s
+
+    def _search(self) -> tuple:
+        """The eviction search: exact over the pool, or with the runtime's shortcuts (a sample of
+        ceil(sqrt(pool)) draws from the dense array; small storages left out). A search that finds
+        no candidate falls back to the exact one, then to it without the small filter."""
+        rt = self.rt
+        if not (rt.sample or rt.small_percent):
+            return scan_pool(self.pool, self._score)
+        n = len(self.pool_arr)
+        size, total, percent = self.s_size, self.pool_bytes, rt.small_percent
+
+        def kept(s: int) -> bool:
+            return not percent or size[s] * n * 100 >= total * percent
+
+        best_s, best, evals = -1, INF, 0
+        if rt.sample:
+            arr, below = self.pool_arr, self.rng.below
+            best_s, best, evals = scan_pool((s for s in (arr[below(n)] for _ in range(math.isqrt(n - 1) + 1))
+                                             if kept(s)), self._score)
+        if best_s < 0:
+            best_s, best, more = scan_pool((s for s in self.pool if kept(s)), self._score)
+            evals += more
+        if best_s < 0 and percent:
+            best_s, best, more = scan_pool(self.pool, self._score)
+            evals += more
+        return best_s, best, evals
 
     def _free(self, need: int) -> None:
         while self.memory + need > self.budget:

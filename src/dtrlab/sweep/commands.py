@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import UsageError
-from ..options import POLICIES_FILE_OPT, POLICY_HELP, SOURCE_ARG, TRACES_OPT, EngineName
+from ..options import POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SOURCE_ARG, TRACES_OPT, EngineName
 from ..output import console
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
@@ -61,7 +61,7 @@ def sweep(
                                                help=POLICY_HELP + " Repeatable; default: " + DEFAULT_POLICY + "."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: Optional[List[str]] = typer.Option(None, "--runtime", metavar="R",
-                                                help="Runtime (repeatable; default " + DEFAULT_RUNTIME + ")."),
+                                                help=RUNTIME_HELP + " Repeatable; default: " + DEFAULT_RUNTIME + "."),
     store: str = STORE_OPT,
     executor: ExecutorName = EXECUTOR_OPT,
     scheduler: Optional[str] = SCHEDULER_OPT,

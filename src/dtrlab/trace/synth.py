@@ -18,8 +18,10 @@ class _Gen:
     """Emits instructions with consecutive line numbers and never-reused tensor names."""
 
     def __init__(self, rng: random.Random, size_bytes: tuple[int, int], time_ns: tuple[int, int],
-                 prefix: str) -> None:
+                 prefix: str, keep_constants: bool = False) -> None:
         self.rng = rng
+        self.keep_constants = keep_constants
+        self.constants: set[str] = set()  # filled only when constants are kept
         self.size_bytes = size_bytes
         self.time_ns = time_ns
         self.prefix = prefix
@@ -53,6 +55,8 @@ class _Gen:
         self.emit(Constant, name)
         self.emit(Memory, name, self.size())
         self.live.append(name)
+        if self.keep_constants:
+            self.constants.add(name)
 
     def call(self, max_args: int, max_outputs: int, p_alias: float) -> None:
         rng = self.rng
@@ -72,6 +76,10 @@ class _Gen:
         # Distinct argument names: mutating one name twice in one MUTATE is rejected by the lowering.
         args = tuple(rng.sample(self.live, rng.randint(1, min(max_args, len(self.live)))))
         mutate = tuple(sorted(rng.sample(range(len(args)), rng.randint(1, len(args)))))
+        if self.constants:  # writing a constant would release its old version
+            mutate = tuple(k for k in mutate if args[k] not in self.constants)
+            if not mutate:
+                return
         self.emit(Mutate, self.op_name(rng.choice(("add_", "relu_", "mul_"))), args, mutate, self.time())
         self.n_ops += 1
 
@@ -82,11 +90,20 @@ class _Gen:
 
     def copy_from(self) -> None:
         dst, src = self.rng.sample(self.live, 2)
+        if dst in self.constants:  # rebinding a constant's name would let it go
+            return
         self.emit(CopyFrom, dst, src)
 
     def release(self) -> None:
-        name = self.live.pop(self.rng.randrange(len(self.live)))
-        self.emit(Release, name)
+        if not self.constants:
+            self.emit(Release, self.live.pop(self.rng.randrange(len(self.live))))
+            return
+        for _ in range(8):  # draw again past constants; a live set of constants only releases nothing
+            k = self.rng.randrange(len(self.live))
+            if self.live[k] not in self.constants:
+                self.live[k], self.live[-1] = self.live[-1], self.live[k]
+                self.emit(Release, self.live.pop())
+                return
 
     def body(self, n_ops: int, max_args: int, max_outputs: int, p_alias: float,
              backward_at: int | None) -> None:
@@ -113,7 +130,7 @@ class _Gen:
         # Release most of what is left; the rest stays referenced and is pinned at the end.
         kept = []  # one pass (removing names one by one grew as the square of what is live)
         for name in self.live:
-            if rng.random() < 0.7:
+            if name not in self.constants and rng.random() < 0.7:
                 self.emit(Release, name)
             else:
                 kept.append(name)
@@ -123,21 +140,24 @@ class _Gen:
 def synthetic_trace(seed: int = 0, n_ops: int = 20, *, max_args: int = 3, max_outputs: int = 3,
                     p_alias: float = 0.2, backward: bool = True, start: bool = False,
                     size_bytes: tuple[int, int] = (0, 1 << 20), time_ns: tuple[int, int] = (1, 100_000),
-                    rng: random.Random | None = None) -> list[Instruction]:
+                    keep_constants: bool = False, rng: random.Random | None = None) -> list[Instruction]:
     """A random valid trace of `n_ops` operators (CALL and MUTATE; constants come on top).
 
     Always includes constants and, given enough operators, multi-output calls, aliases,
     MUTATE, COPY, COPY_FROM and RELEASE; `backward` puts an ANNOTATE BACKWARD half-way.
     `start` puts a warm-up section and a START annotation first (the reader skips to it).
     The first line is ANNOTATE SYNTHETIC. The same arguments give the same trace; `rng`
-    (e.g. a hypothesis `randoms()`) replaces the seeded generator.
+    (e.g. a hypothesis `randoms()`) replaces the seeded generator. `keep_constants` never lets a
+    constant go (no RELEASE, no COPY_FROM onto its name, no MUTATE of it), as a training step keeps its parameters:
+    DTR pins constants while the baseline may free a released one, so only then does DTR's unbounded
+    peak equal the baseline's and ratio 1.0 evict nothing.
     """
     if n_ops < 1:
         raise ValueError("n_ops must be at least 1")
     if max_args < 1 or max_outputs < 1:
         raise ValueError("max_args and max_outputs must be at least 1")
     rng = rng if rng is not None else random.Random(seed)
-    gen = _Gen(rng, size_bytes, time_ns, "w")
+    gen = _Gen(rng, size_bytes, time_ns, "w", keep_constants)
     gen.emit(Annotate, SYNTHETIC)
     if start:
         gen.body(rng.randint(1, 3), max_args, max_outputs, p_alias, None)
@@ -145,7 +165,7 @@ def synthetic_trace(seed: int = 0, n_ops: int = 20, *, max_args: int = 3, max_ou
         gen.emit(Annotate, SYNTHETIC)  # the label must survive the skip to START
         # Fresh names after START: the lowering never sees the warm-up's tensors.
         out = gen.out
-        gen = _Gen(rng, size_bytes, time_ns, "x")
+        gen = _Gen(rng, size_bytes, time_ns, "x", keep_constants)
         gen.out = out
     gen.body(n_ops, max_args, max_outputs, p_alias, n_ops // 2 if backward else None)
     return gen.out
