@@ -36,18 +36,21 @@ RATIOS = (1.0, 0.7, 0.5)
 LSTM_SEQS = (64, 128, 256, 512)
 TRANSFORMER_LAYERS = (4, 16, 64)
 SYNTH_OPS = (1_000, 10_000, 100_000)
-BIG = dict(lstm=(64, 128, 256, 512, 1024), transformer=(4, 16, 64, 128),
+BIG = dict(lstm=(64, 256, 1024, 4096), transformer=(4, 16, 64, 256),
            synthetic=(1_000, 10_000, 100_000, 1_000_000))
+SYNTH_WINDOW = 32  # an operator reads the last 32 names bound (trace/synth.py)
+SAMPLED = "eager-optimized+sample"
 SHORTCUTS = ("eager-optimized+sample", "eager-optimized+small", "eager-optimized+sample+small")
 SHORTCUT_RATIOS = (0.5, 0.3)
 
 
 def _synthetic(n_ops: int) -> tuple:
     """The lowered trace and the seconds to make, read and lower it. Small tensors and calls of few
-    arguments, constants kept: a long, narrow trace whose ratio 1.0 evicts nothing, as a step's."""
+    arguments reading recent values, constants kept: a long, narrow trace whose ratio 1.0 evicts
+    nothing, as a step's."""
     t0 = time.perf_counter()
     data = format_trace(synthetic_trace(n_ops, n_ops, max_args=2, max_outputs=2, size_bytes=(0, 1 << 16),
-                                        keep_constants=True)).encode()
+                                        keep_constants=True, window=SYNTH_WINDOW)).encode()
     t1 = time.perf_counter()
     parsed = parse_bytes(data, TraceSource(f"synth-{n_ops}", f"synth-{n_ops}", "<synthetic>", None, lambda: data))
     t2 = time.perf_counter()
@@ -94,6 +97,8 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="folder for the captured traces (reused when there)")
     ap.add_argument("--no-capture", action="store_true", help="synthetic traces only")
     ap.add_argument("--no-shortcuts", action="store_true", help="leave out the shortcuts' comparison")
+    ap.add_argument("--only", action="append", choices=("lstm", "transformer", "synthetic"),
+                    help="these families only (repeatable)")
     args = ap.parse_args()
     families: dict[str, tuple] = {"synthetic": BIG["synthetic"] if args.big else SYNTH_OPS}
     if args.smoke:
@@ -105,14 +110,16 @@ def main() -> int:
                         "transformer": BIG["transformer"] if args.big else TRANSFORMER_LAYERS, **families}
         except ImportError:
             print("(torch not installed: synthetic traces only)")
+    if args.only:
+        families = {f: sizes for f, sizes in families.items() if f in args.only}
     tmp = tempfile.TemporaryDirectory() if args.keep is None else None
     keep = Path(args.keep or tmp.name)
     keep.mkdir(parents=True, exist_ok=True)
     print(f"scale benchmark: DTR / eager-optimized, compiled engine, --overhead-limit {args.overhead_limit:g}")
-    print(f"{'trace':<18}{'operators':>10}{'steps':>9}{'ratio':>6}{'outcome':>12}{'evictions':>11}"
+    print(f"{'trace':<18}{'operators':>11}{'steps':>11}{'ratio':>6}{'search':>8}{'outcome':>12}{'evictions':>11}"
           f"{'run s':>9}{'us/step':>9}{'us/evict':>10}")
-    fits: dict[tuple[str, float], list[tuple[int, float]]] = {}
-    per_step: dict[tuple[str, float], list[float]] = {}
+    fits: dict[tuple[str, float, str], list[tuple[int, float]]] = {}
+    per_step: dict[str, list[float]] = {}
     for family, sizes in families.items():
         for size in sizes:
             program, made = _synthetic(size) if family == "synthetic" else _captured(family, size, keep)
@@ -123,22 +130,29 @@ def main() -> int:
             for ratio in RATIOS:
                 budget = budget_from_ratio(program, ratio)
                 limit = None if ratio == 1.0 else args.overhead_limit
-                t0 = time.perf_counter()
-                r = _capped(program, budget, limit, args.max_run_s)
-                run_s = time.perf_counter() - t0
-                per_evict = f"{run_s / r.evictions * 1e6:.1f}" if r.evictions else "-"
-                print(f"{family + '-' + str(size):<18}{program.n_ops:>10,}{steps:>9,}{ratio:>6}{r.outcome:>12}"
-                      f"{r.evictions:>11,}{run_s:>9.3f}{run_s / steps * 1e6:>9.2f}{per_evict:>10}", flush=True)
-                fits.setdefault((family, ratio), []).append((program.n_ops, run_s))
-                per_step.setdefault((family, ratio), []).append(run_s / steps)
+                for runtime in ("eager-optimized",) if ratio == 1.0 else ("eager-optimized", SAMPLED):
+                    t0 = time.perf_counter()
+                    r = _capped(program, budget, runtime, limit, args.max_run_s)
+                    run_s = time.perf_counter() - t0
+                    per_evict = f"{run_s / r.evictions * 1e6:.1f}" if r.evictions else "-"
+                    search = "sample" if runtime == SAMPLED else "exact"
+                    print(f"{family + '-' + str(size):<18}{program.n_ops:>11,}{steps:>11,}{ratio:>6}{search:>8}"
+                          f"{r.outcome:>12}{r.evictions:>11,}{run_s:>9.3f}{run_s / steps * 1e6:>9.2f}{per_evict:>10}",
+                          flush=True)
+                    if r.outcome != "stopped":
+                        fits.setdefault((family, ratio, search), []).append((program.n_ops, run_s))
+                    if ratio == 1.0:
+                        per_step.setdefault(family, []).append(run_s / steps)
             print(f"{'':<18}({made})", flush=True)
-    print("growth exponent k of run time ~ operators^k (1.0: linear; time per step grows as k - 1):")
+    print("growth exponent k of run time ~ operators^k (1.0: linear; time per step grows as k - 1; "
+          "runs stopped by --max-run-s left out):")
     for family in families:
-        print(f"  {family:<12}" + "".join(f"ratio {ratio}: k = {_fit_exponent(fits[family, ratio]):.2f}   "
-                                          for ratio in RATIOS))
+        print(f"  {family:<12}" + "   ".join(
+            f"{ratio} {search}: k = {_fit_exponent(fits.get((family, ratio, search), [])):.2f}"
+            for ratio in RATIOS for search in (("exact",) if ratio == 1.0 else ("exact", "sample"))))
     print("time per step at ratio 1.0, largest trace over smallest:")
     for family in families:
-        steps_s = per_step[family, 1.0]
+        steps_s = per_step[family]
         print(f"  {family:<12}{steps_s[-1] / steps_s[0]:.2f}x  (slowest over fastest {max(steps_s) / min(steps_s):.2f}x)")
     if tmp is not None:
         tmp.cleanup()
@@ -147,7 +161,7 @@ def main() -> int:
     return 0
 
 
-def _capped(program, budget: int, overhead_limit: float | None, max_run_s: float):
+def _capped(program, budget: int, runtime: str, overhead_limit: float | None, max_run_s: float):
     """The run, or what it reached by max_run_s (outcome "stopped")."""
     deadline = time.perf_counter() + max_run_s
 
@@ -156,7 +170,8 @@ def _capped(program, budget: int, overhead_limit: float | None, max_run_s: float
             raise TimeoutError
 
     try:
-        return simulate(program, budget, "dtr", overhead_limit=overhead_limit, engine="c", progress=stop_late)
+        return simulate(program, budget, "dtr", runtime, overhead_limit=overhead_limit, engine="c",
+                        progress=stop_late)
     except RunInterrupted as stopped:
         return replace(stopped.partial, outcome="stopped")
 

@@ -18,8 +18,9 @@ class _Gen:
     """Emits instructions with consecutive line numbers and never-reused tensor names."""
 
     def __init__(self, rng: random.Random, size_bytes: tuple[int, int], time_ns: tuple[int, int],
-                 prefix: str, keep_constants: bool = False) -> None:
+                 prefix: str, keep_constants: bool = False, window: int | None = None) -> None:
         self.rng = rng
+        self.window = window
         self.keep_constants = keep_constants
         self.constants: set[str] = set()  # filled only when constants are kept
         self.size_bytes = size_bytes
@@ -43,6 +44,10 @@ class _Gen:
         lo, hi = self.size_bytes
         return 4 * self.rng.randint(lo // 4, hi // 4)
 
+    def recent(self) -> list[str]:
+        """The names an operator may read: every live one, or the last `window` bound."""
+        return self.live if self.window is None else self.live[-self.window:]
+
     def time(self) -> int:
         return self.rng.randint(*self.time_ns)
 
@@ -60,7 +65,8 @@ class _Gen:
 
     def call(self, max_args: int, max_outputs: int, p_alias: float) -> None:
         rng = self.rng
-        args = tuple(rng.choice(self.live) for _ in range(rng.randint(0, min(max_args, len(self.live)))))
+        pool = self.recent()
+        args = tuple(rng.choice(pool) for _ in range(rng.randint(0, min(max_args, len(pool)))))
         results = tuple(self.fresh() for _ in range(rng.randint(1, max_outputs)))
         self.emit(Call, self.op_name(rng.choice(("conv", "matmul", "add", "relu", "split"))),
                   args, results, self.time())
@@ -74,7 +80,8 @@ class _Gen:
     def mutate(self, max_args: int) -> None:
         rng = self.rng
         # Distinct argument names: mutating one name twice in one MUTATE is rejected by the lowering.
-        args = tuple(rng.sample(self.live, rng.randint(1, min(max_args, len(self.live)))))
+        pool = self.recent()
+        args = tuple(rng.sample(pool, rng.randint(1, min(max_args, len(pool)))))
         mutate = tuple(sorted(rng.sample(range(len(args)), rng.randint(1, len(args)))))
         if self.constants:  # writing a constant would release its old version
             mutate = tuple(k for k in mutate if args[k] not in self.constants)
@@ -85,11 +92,11 @@ class _Gen:
 
     def copy(self) -> None:
         dst = self.fresh()
-        self.emit(Copy, dst, self.rng.choice(self.live))
+        self.emit(Copy, dst, self.rng.choice(self.recent()))
         self.live.append(dst)
 
     def copy_from(self) -> None:
-        dst, src = self.rng.sample(self.live, 2)
+        dst, src = self.rng.sample(self.recent(), 2)
         if dst in self.constants:  # rebinding a constant's name would let it go
             return
         self.emit(CopyFrom, dst, src)
@@ -140,7 +147,8 @@ class _Gen:
 def synthetic_trace(seed: int = 0, n_ops: int = 20, *, max_args: int = 3, max_outputs: int = 3,
                     p_alias: float = 0.2, backward: bool = True, start: bool = False,
                     size_bytes: tuple[int, int] = (0, 1 << 20), time_ns: tuple[int, int] = (1, 100_000),
-                    keep_constants: bool = False, rng: random.Random | None = None) -> list[Instruction]:
+                    keep_constants: bool = False, window: int | None = None,
+                    rng: random.Random | None = None) -> list[Instruction]:
     """A random valid trace of `n_ops` operators (CALL and MUTATE; constants come on top).
 
     Always includes constants and, given enough operators, multi-output calls, aliases,
@@ -150,14 +158,19 @@ def synthetic_trace(seed: int = 0, n_ops: int = 20, *, max_args: int = 3, max_ou
     (e.g. a hypothesis `randoms()`) replaces the seeded generator. `keep_constants` never lets a
     constant go (no RELEASE, no COPY_FROM onto its name, no MUTATE of it), as a training step keeps its parameters:
     DTR pins constants while the baseline may free a released one, so only then does DTR's unbounded
-    peak equal the baseline's and ratio 1.0 evict nothing.
+    peak equal the baseline's and ratio 1.0 evict nothing. `window` lets an operator read only the
+    last `window` names bound, as a program's operators read recent values: without it a read may
+    reach any live name, so what is released joins one evicted neighbourhood that grows with the
+    trace (the worst case for e*), and with it neighbourhoods stay local.
     """
     if n_ops < 1:
         raise ValueError("n_ops must be at least 1")
     if max_args < 1 or max_outputs < 1:
         raise ValueError("max_args and max_outputs must be at least 1")
+    if window is not None and window < 2:
+        raise ValueError("window must be at least 2")
     rng = rng if rng is not None else random.Random(seed)
-    gen = _Gen(rng, size_bytes, time_ns, "w", keep_constants)
+    gen = _Gen(rng, size_bytes, time_ns, "w", keep_constants, window)
     gen.emit(Annotate, SYNTHETIC)
     if start:
         gen.body(rng.randint(1, 3), max_args, max_outputs, p_alias, None)
@@ -165,7 +178,7 @@ def synthetic_trace(seed: int = 0, n_ops: int = 20, *, max_args: int = 3, max_ou
         gen.emit(Annotate, SYNTHETIC)  # the label must survive the skip to START
         # Fresh names after START: the lowering never sees the warm-up's tensors.
         out = gen.out
-        gen = _Gen(rng, size_bytes, time_ns, "x", keep_constants)
+        gen = _Gen(rng, size_bytes, time_ns, "x", keep_constants, window)
         gen.out = out
     gen.body(n_ops, max_args, max_outputs, p_alias, n_ops // 2 if backward else None)
     return gen.out
