@@ -38,3 +38,13 @@ def envelope(runs: Iterable) -> list[EnvelopePoint]:
         else:
             points.append(point)
     return points
+
+
+def envelope_at(points: list[EnvelopePoint], budget_bytes: int) -> float | None:
+    """The envelope at any budget, from envelope(runs): that of the largest run budget at or below it."""
+    best = None
+    for point in points:
+        if point.budget_bytes > budget_bytes:
+            break
+        best = point.overhead
+    return best
