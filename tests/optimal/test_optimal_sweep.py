@@ -14,7 +14,7 @@ from conftest import cli_invoke
 from dtrlab.errors import UsageError
 from dtrlab.optimal.defaults import OPTIMAL_POLICY, SolveSettings
 from dtrlab.optimal.solve import INFEASIBLE, OPTIMAL, min_budget_bytes, overhead_of
-from dtrlab.sim.policies import POLICIES
+from dtrlab.sim.policies import POLICIES, SOLVER_NAME
 from dtrlab.sim.simulate import baseline
 from dtrlab.sweep.grid import CHECKER_RUNTIME, build_specs
 from dtrlab.sweep.run import run_sweep
@@ -106,7 +106,12 @@ def test_the_key_holds_what_decides_a_solve(tmp_path):
     specs = build_specs(source, [program], [OPTIMAL_POLICY, "dtr"], ["eager-optimized", "optimized"],
                         budgets_bytes=budget, solve=SolveSettings(time_limit_s=10))
     assert sorted(s.policy for s in specs) == ["dtr", "dtr", OPTIMAL_POLICY]
-    assert OPTIMAL_POLICY not in POLICIES  # no eviction policy takes the solver's name
+    assert OPTIMAL_POLICY not in POLICIES and OPTIMAL_POLICY == SOLVER_NAME  # no eviction policy takes its name
+
+
+def test_asking_a_simulation_for_the_solver_says_where_it_is():
+    done = cli_invoke("simulate", "--ratio", "0.5", "--policy", "optimal")
+    assert done.exit_code == 2 and "is the optimal solver, not an eviction policy" in done.output and "dtrlab sweep --policy optimal" in done.output
 
 
 def test_bad_settings_are_one_line():
@@ -186,3 +191,15 @@ def test_a_store_of_the_first_schema_opens_and_is_brought_forward_for_writing(tm
     rows = con.execute("SELECT key, outcome, clock_ns, bound_overhead FROM runs ORDER BY key").fetchall()
     con.close()
     assert rows[1] == ("k1", "ok", 150, None) and rows[0][0] == specs[0].key and rows[0][3] is not None
+
+
+@pytest.mark.slow
+def test_dask_gives_the_local_pools_row(tmp_path, swept):
+    program, specs, store, _ = swept
+    solves = [s for s in specs if s.policy == OPTIMAL_POLICY]
+    run_sweep(solves, tmp_path / "d.duckdb", executor="dask", workers=1, progress=False)
+    local = results_dataframe(store).set_index("key")
+    dask = results_dataframe(tmp_path / "d.duckdb").set_index("key")
+    assert sorted(dask.index) == sorted(s.key for s in solves)
+    columns = ["outcome", "clock_ns", "remat_ns", "peak_bytes", "solver_status", "solve_kind", "time_limit_s"]
+    assert dask[columns].astype(object).equals(local.loc[dask.index, columns].astype(object))

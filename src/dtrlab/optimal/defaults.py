@@ -19,7 +19,7 @@ DEFAULT_THREADS = 1
 
 # The name a sweep (and its store's policy column) gives the solver: one more maker of results beside
 # the eviction policies (`dtrlab sweep --policy optimal`). No eviction policy may take it.
-OPTIMAL_POLICY = "optimal"
+OPTIMAL_POLICY = "optimal"  # = sim.policies.SOLVER_NAME (a test holds them equal)
 
 
 @dataclass(frozen=True)
