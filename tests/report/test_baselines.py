@@ -16,10 +16,9 @@ import pytest
 from dtrlab.analysis.runs import Run
 from dtrlab.optimal.defaults import OPTIMAL_POLICY, SolveSettings
 from dtrlab.report import plots
-from dtrlab.report.baselines import baselines, optimal_ratios, optimal_specs, trace_baselines
-from dtrlab.report.findings import Curve
+from dtrlab.report.baselines import baselines, dtr_specs, optimal_ratios, optimal_specs, trace_baselines
 from dtrlab.report.pipeline import STORE_NAME, reproduce
-from dtrlab.report.plan import QUICK, SUBJECT_POLICY, SWITCH_FACTOR
+from dtrlab.report.plan import QUICK
 from dtrlab.report.study import STUDY_TRACES
 from dtrlab.sweep.grid import parse_ratios
 from dtrlab.sweep.store import Store
@@ -58,12 +57,15 @@ def test_each_budget_takes_the_least_best_and_the_largest_bound_of_its_rows():
 def test_the_windows_hold_the_study_traces_points_inside_them_and_say_which_traces_have_none():
     sha = STUDY_TRACES["resnet32"]
     ratios = [0.09, 0.095, 0.1, 0.101, 0.102, 0.115, 0.12]
-    runs = tuple(Run(r, int(r * 10_000), "oom" if r == 0.102 else "ok", None if r == 0.102 else 2.0 + r) for r in ratios)
-    found = {("resnet32", SUBJECT_POLICY): Curve("resnet32", SUBJECT_POLICY, runs, SWITCH_FACTOR)}
-    stored = pd.DataFrame([_solver_row(sha, 1000, 0.1, 2.05, 1.2, "feasible", "k"),
-                           {**_solver_row("other", 10, 0.5, 1.0, 1.0, "optimal", "j"), "policy": "dtr"}])
+    dtr = [{"key": f"d{r}", "trace_sha256": sha, "policy": "dtr", "runtime": "eager-optimized", "overhead_limit": 20.0,
+            "seed": 0, "ratio": r, "budget_bytes": int(r * 10_000), "outcome": "oom" if r == 0.102 else "ok",
+            "overhead": None if r == 0.102 else 2.0 + r, "evictions": 0, "distinct_evicted": 0} for r in ratios]
+    other = [{**dtr[0], "key": "x", "overhead_limit": 3.0, "overhead": 1.01},  # another cap: not the report's DTR
+             {**dtr[0], "key": "y", "runtime": "optimized", "overhead": 1.01}]
+    stored = pd.DataFrame([_solver_row(sha, 1000, 0.1, 2.05, 1.2, "feasible", "k"), *dtr, *other,
+                           {**_solver_row("other", 10, 0.5, 1.0, 1.0, "optimal", "j"), "policy": "lru"}])
     traces = ({"name": "resnet32", "sha256": sha}, {"name": "unet", "sha256": "u"})
-    section = baselines(traces, found, stored)
+    section = baselines(traces, stored, 20.0, 0)
     assert [t.trace for t in section.traces] == ["resnet32"] and section.unsolved == ("unet",)
     (window,) = section.windows
     assert (window.trace, window.pathology, window.lo, window.hi) == ("resnet32", "feasibility inversion", 0.095, 0.115)
@@ -84,6 +86,9 @@ def test_reproduce_solves_the_coarse_grid_and_the_window_exactly_or_the_bound_al
     assert len(exact) == 3 and all(s.solve == settings for s in exact)
     small = optimal_specs(str(TINY), [tiny], replace(plan, optimal_max_operators=tiny.n_ops - 1), settings)
     assert all(s.solve == replace(settings, bound_only=True) for s in small) and len(small) == 3
+    beside = dtr_specs(str(TINY), [tiny], plan, overhead_limit=20.0)  # DTR at the same budgets
+    assert sorted(s.budget_bytes for s in beside) == sorted(s.budget_bytes for s in exact)
+    assert {s.policy for s in beside} == {"dtr"}
 
 
 def test_the_figure_draws_the_four_curves_with_the_points_values():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..analysis.envelope import envelope, envelope_at
+from ..analysis.runs import runs_of
 from ..optimal.defaults import OPTIMAL_POLICY, SolveSettings
 from ..sim.result import OK
 from ..sweep.grid import build_specs, parse_ratios, ratio_literal
@@ -80,6 +81,17 @@ def optimal_ratios(plan: Plan, program: Program) -> tuple[float, ...]:
     return tuple(sorted(set(plan.coarse()) | set(parse_ratios(window[0]) if window else ())))
 
 
+def dtr_specs(path: str, programs: list[Program], plan: Plan, **limit) -> list:
+    """DTR's runs at the budgets `reproduce --optimal` solves (with the plan's overhead cap and seed,
+    `limit`), so that every solved budget has DTR's run beside it; most are in the store already."""
+    specs = []
+    for program in programs:
+        ratios = optimal_ratios(plan, program)
+        if ratios:
+            specs += build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], ratios, **limit)
+    return specs
+
+
 def optimal_specs(path: str, programs: list[Program], plan: Plan, settings: SolveSettings) -> list:
     """One solve a budget of optimal_ratios; a trace past plan.optimal_max_operators gets the crossing
     bound alone (its exact model would not fit: the LSTM's has tens of millions of variables)."""
@@ -132,14 +144,23 @@ def trace_baselines(trace: str, dtr_runs, solver_rows: pd.DataFrame) -> TraceBas
     return TraceBaselines(trace, tuple(points))
 
 
-def baselines(traces: tuple[dict, ...], curves: dict, stored: pd.DataFrame) -> Baselines:
-    """The section from the report's traces (name, sha256), its DTR curves and the store's rows."""
-    solver = stored[stored["policy"] == OPTIMAL_POLICY] if len(stored) else stored
+def _dtr_rows(stored: pd.DataFrame, overhead_limit: float | None, seed: int) -> pd.DataFrame:
+    """The store's runs of DTR as the report runs it: its runtime, overhead cap and seed."""
+    same_limit = stored["overhead_limit"].isna() if overhead_limit is None else stored["overhead_limit"] == overhead_limit
+    return stored[(stored["policy"] == SUBJECT_POLICY) & (stored["runtime"] == RUNTIME) & same_limit
+                  & (stored["seed"] == seed)]
+
+
+def baselines(traces: tuple[dict, ...], stored: pd.DataFrame, overhead_limit: float | None, seed: int) -> Baselines:
+    """The section from the report's traces (name, sha256) and the store's rows: DTR's (as the report runs
+    it: `overhead_limit`, `seed`; any budgets the store has) and the solver's (any settings)."""
+    solver = stored[stored["policy"] == OPTIMAL_POLICY]
+    dtr = _dtr_rows(stored, overhead_limit, seed)
     per, unsolved, windows = [], [], []
     for info in traces:
-        rows = solver[solver["trace_sha256"] == info["sha256"]] if len(solver) else solver
-        curve = curves.get((info["name"], SUBJECT_POLICY))
-        tb = trace_baselines(info["name"], curve.runs if curve is not None else (), rows)
+        rows = solver[solver["trace_sha256"] == info["sha256"]]
+        runs = runs_of(dtr[dtr["trace_sha256"] == info["sha256"]])
+        tb = trace_baselines(info["name"], runs, rows)
         if len(rows):
             per.append(tb)
         else:

@@ -249,7 +249,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
            stages: _Stages, workers: int | None, progress: bool, extra: tuple[str, ...] = (),
            left_out: tuple[dict, ...] = (), optimal: SolveSettings | None = None) -> Reproduction:
     from . import leaderboard
-    from .baselines import baselines, optimal_specs
+    from .baselines import baselines, dtr_specs, optimal_specs
     from .claims import beside_claims, evaluate
     from .write import write_all
 
@@ -328,12 +328,16 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
             mechs = mechanisms_of(out, found, by_name, ooms, plan)
         with stages.stage("optimal baselines: the solver's best schedules and bounds (solved with --optimal)"):
             if optimal is not None:
+                beside = dtr_specs(path, programs, plan, **limit)
+                new_runs += _sweep(beside, store, plan, workers, progress)
+                have = set(frame["key"])
+                frame = pd.concat([frame, store.rows(s.key for s in beside if s.key not in have)], ignore_index=True)
                 # No per-run timeout: the solver's own time limit bounds each solve (the plan's timeout is
                 # for simulations, and would cut a solve short of its limit).
                 solves = optimal_specs(path, programs, plan, optimal)
                 if solves:
                     new_solves = run_sweep(solves, store, workers=workers, progress=progress, report=False).ran
-            section = baselines(traces, found, store.rows())
+            section = baselines(traces, store.rows(), plan.overhead_cap, SEED)
     finally:
         store.close()
 

@@ -201,7 +201,8 @@ def optimal_baselines(trace: str, points):
     ax.step(x, y, where="post", color="#17becf", lw=1.8, ls="--", label=BASELINE_CURVES["dtr-envelope"],
             gid="dtr-envelope", zorder=3)
     x, y = series(lambda p: p.best)
-    ax.plot(x, y, "s", color="#2ca02c", ms=6, mfc="none", mew=1.4, label=BASELINE_CURVES["best-found"],
+    none = "" if x else ": none (the bound alone, or no schedule found in time)"
+    ax.plot(x, y, "s", color="#2ca02c", ms=6, mfc="none", mew=1.4, label=BASELINE_CURVES["best-found"] + none,
             gid="best-found", zorder=4)
     x, y = series(lambda p: p.bound)
     ax.plot(x, y, "v:", color="#8e44ad", ms=5, lw=1, label=BASELINE_CURVES["lower-bound"], gid="lower-bound",
