@@ -73,6 +73,9 @@ def test_the_windows_hold_the_study_traces_points_inside_them_and_say_which_trac
     inverted = window.points[3]
     assert inverted.dtr_outcome == "oom" and inverted.envelope == pytest.approx(2.09)  # the run at 0.09
     assert window.points[1].best == 2.05 and window.points[1].bound == 1.2
+    assert window.reading == ("DTR fails at 1 budget(s) where its own schedule at a smaller budget fits (its envelope "
+                              "there: 2.0900x at best); DTR's run is up to 1.01x its envelope (at 0.115); the best "
+                              "schedule found is 2.0500x-2.0500x; no schedule beats 1.2000x-1.2000x (the bounds).")
 
 
 def test_reproduce_solves_the_coarse_grid_and_the_window_exactly_or_the_bound_alone_past_the_size():

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..analysis.envelope import envelope, envelope_at
 from ..analysis.runs import runs_of
+from ..formats import overhead_text
 from ..optimal.defaults import OPTIMAL_POLICY, SolveSettings
 from ..sim.result import OK
 from ..sweep.grid import build_specs, parse_ratios, ratio_literal
@@ -64,6 +65,27 @@ class Window:
     lo: float
     hi: float
     points: tuple[Point, ...]
+
+    @property
+    def reading(self) -> str:
+        """What the window's rows say, in one sentence (the figures only, no verdict)."""
+        said = []
+        rescued = [p for p in self.points if p.dtr_outcome not in (None, OK) and p.envelope is not None]
+        if rescued:
+            said.append(f"DTR fails at {len(rescued)} budget(s) where its own schedule at a smaller budget fits "
+                        f"(its envelope there: {overhead_text(min(p.envelope for p in rescued), 4)}x at best)")
+        worst = max((p for p in self.points if p.dtr is not None and p.envelope), default=None,
+                    key=lambda p: p.dtr / p.envelope)
+        if worst is not None and worst.dtr > worst.envelope:
+            said.append(f"DTR's run is up to {worst.dtr / worst.envelope:.2f}x its envelope (at {worst.ratio:g})")
+        best = [p.best for p in self.points if p.best is not None]
+        if best:
+            said.append(f"the best schedule found is {overhead_text(min(best), 4)}x-{overhead_text(max(best), 4)}x")
+        bounds = [p.bound for p in self.points if p.bound is not None and math.isfinite(p.bound)]
+        if bounds:
+            said.append(f"no schedule beats {overhead_text(min(bounds), 4)}x-{overhead_text(max(bounds), 4)}x "
+                        "(the bounds)")
+        return "; ".join(said) + "." if said else ""
 
 
 @dataclass(frozen=True)
