@@ -221,7 +221,8 @@ class Store:
 
     An existing file is first opened read-only and read through, so that DuckDB never replays,
     rewrites or deletes anything of a file that is damaged, foreign or of another schema; only a
-    file that did not exist gets the schema.
+    file that did not exist gets the schema. `version` is the file's schema: an older one that this
+    dtrlab reads is brought to SCHEMA_VERSION by a writable open (_migrate), never by a read-only one.
     """
 
     def __init__(self, path: str | os.PathLike = DEFAULT_STORE, *, create: bool = True,
