@@ -203,3 +203,23 @@ def test_dask_gives_the_local_pools_row(tmp_path, swept):
     assert sorted(dask.index) == sorted(s.key for s in solves)
     columns = ["outcome", "clock_ns", "remat_ns", "peak_bytes", "solver_status", "solve_kind", "time_limit_s"]
     assert dask[columns].astype(object).equals(local.loc[dask.index, columns].astype(object))
+
+
+def test_refinement_puts_solves_of_the_same_settings_between_budgets_whose_outcomes_differ(tmp_path):
+    from pathlib import Path
+
+    from dtrlab.optimal.solve import solve
+    from dtrlab.sweep.run import refine_specs
+
+    tiny = Path(__file__).resolve().parents[2] / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
+    (program,) = load(str(tiny), cache=False)
+    settings = SolveSettings(time_limit_s=5)
+    specs = build_specs(str(tiny), [program], [OPTIMAL_POLICY], [], [0.5, 1.0], solve=settings)
+    with Store(tmp_path / "r.duckdb") as store:
+        for spec in specs:  # solved here, in this process: the store's rows are what refinement reads
+            store.put(spec, solve(program, spec.budget_bytes, spec.solve, dtr=False), wall_s=0.0)
+        outcomes = set(store.rows()["outcome"])
+        assert outcomes == {"ok", "oom"}, outcomes  # tiny: no schedule at 0.5, one at 1.0
+        new = refine_specs(specs, store, {program.sha256: program}, 1, 1.05)
+    assert [s.ratio for s in new] == [0.75]
+    assert new[0].policy == OPTIMAL_POLICY and new[0].solve == settings and new[0].key not in {s.key for s in specs}
