@@ -7,7 +7,7 @@ Owns which solves `reproduce --optimal` asks for and the section's values; plots
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -123,9 +123,8 @@ def optimal_specs(path: str, programs: list[Program], plan: Plan, settings: Solv
         if not ratios:
             continue
         exact = plan.optimal_max_operators is None or program.n_ops <= plan.optimal_max_operators
-        chosen = settings if exact or settings.bound_only else SolveSettings(
-            settings.solver, settings.time_limit_s, settings.gap, bound_only=True)
-        specs += build_specs(path, [program], [OPTIMAL_POLICY], [RUNTIME], ratios, solve=chosen)
+        chosen = settings if exact else replace(settings, bound_only=True)
+        specs += build_specs(path, [program], [OPTIMAL_POLICY], [], ratios, solve=chosen)
     return specs
 
 
@@ -146,7 +145,7 @@ def _solved_at(rows: pd.DataFrame) -> tuple[float | None, float | None, float | 
 
 
 def trace_baselines(trace: str, dtr_runs, solver_rows: pd.DataFrame) -> TraceBaselines:
-    """The points of one trace: DTR's runs (a report.findings Curve's) and the trace's solver rows."""
+    """The points of one trace: DTR's runs (analysis.runs.Run, any order) and the trace's solver rows."""
     env = envelope(dtr_runs)
     dtr = {r.budget_bytes: r for r in dtr_runs}
     by_budget = {int(b): g for b, g in solver_rows.groupby("budget_bytes")} if len(solver_rows) else {}
