@@ -1,6 +1,8 @@
 """`dtrlab optimal`: the best schedule a solver finds for one trace and budget, and a bound no schedule beats.
 
-A thin typer layer over optimal.solve; progress lines go to stderr, the result to stdout.
+A thin typer layer over optimal.solve; progress lines go to stderr, the result to stdout. Also the solve's
+options (--time-limit, --solver, --gap, --bound-only), declared once here for `dtrlab sweep` and
+`dtrlab reproduce` too, and settings_given, which turns them into SolveSettings.
 """
 
 from __future__ import annotations
@@ -16,9 +18,22 @@ from ..errors import UsageError
 from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT
 from ..output import clean, console, print_json
 from ..trace import resolve_source
-from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS
+from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS, SolveSettings
 
 SolverName = Enum("SolverName", {name: name for name in SOLVERS}, type=str)
+
+TIME_LIMIT_OPT = typer.Option(DEFAULT_TIME_LIMIT_S, "--time-limit", metavar="S",
+                              help="Seconds for the whole solve of a budget; the best found by then is reported.")
+SOLVER_OPT = typer.Option(DEFAULT_SOLVER, "--solver", help="highs (the default) or cpsat.")
+GAP_OPT = typer.Option(DEFAULT_GAP, "--gap", metavar="G",
+                       help="Stop once the best is within G of the bound, in overhead (0.0001: 0.01%).")
+BOUND_ONLY_OPT = typer.Option(False, "--bound-only",
+                              help="Only the crossing bound (seconds, any size of trace), no schedule.")
+
+
+def settings_given(time_limit: float, solver, gap: float, bound_only: bool) -> SolveSettings:
+    """The options above as SolveSettings (a bad value is one line)."""
+    return SolveSettings(getattr(solver, "value", solver), time_limit, gap, bound_only)
 
 
 def optimal_cmd(
@@ -27,16 +42,13 @@ def optimal_cmd(
     trace: Optional[str] = TRACE_OPT,
     ratio: Optional[float] = RATIO_OPT,
     budget_bytes: Optional[int] = BYTES_OPT,
-    time_limit: float = typer.Option(DEFAULT_TIME_LIMIT_S, "--time-limit", metavar="S",
-                                     help="Seconds for the whole solve; the best found by then is reported."),
-    solver: SolverName = typer.Option(DEFAULT_SOLVER, "--solver", help="highs (the default) or cpsat."),
+    time_limit: float = TIME_LIMIT_OPT,
+    solver: SolverName = SOLVER_OPT,
     threads: int = typer.Option(DEFAULT_THREADS, "--threads", metavar="N", help="The solver's threads."),
-    gap: float = typer.Option(DEFAULT_GAP, "--gap", metavar="G",
-                              help="Stop once the best is within G of the bound, in overhead (0.0001: 0.01%)."),
+    gap: float = GAP_OPT,
     schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="FILE",
                                                help="Write the best schedule (docs/schedules.md) to FILE."),
-    bound_only: bool = typer.Option(False, "--bound-only",
-                                    help="Only the crossing bound (seconds, any size of trace) and DTR beside it."),
+    bound_only: bool = BOUND_ONLY_OPT,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -45,15 +57,12 @@ def optimal_cmd(
     source = resolve_source(source, traces)
     from ..sim.simulate import budget_of, check_budget_args
     from ..trace import load_one
-    from .solve import crossing_bound, solve_optimal
+    from .solve import solve
 
     check_budget_args(ratio, budget_bytes)
-    if not time_limit > 0 or not math.isfinite(time_limit):
-        raise UsageError(f"--time-limit must be a positive number of seconds, got {time_limit}")
+    settings = settings_given(time_limit, solver, gap, bound_only)
     if threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
-    if not 0 <= gap < 1:
-        raise UsageError(f"--gap must be in [0, 1), got {gap}")
     if schedule_out is not None:
         target = Path(schedule_out)
         if target.is_dir():
@@ -65,11 +74,7 @@ def optimal_cmd(
     say = None if quiet else (lambda msg: typer.echo(f"optimal: {msg}", err=True))
     if bound_only and schedule_out is not None:
         raise UsageError("--bound-only makes no schedule: leave out --schedule-out")
-    if bound_only:
-        result = crossing_bound(program, budget)
-    else:
-        result = solve_optimal(program, budget, solver=solver.value, time_limit_s=time_limit, threads=threads,
-                               gap=gap, progress=say)
+    result = solve(program, budget, settings, threads=threads, progress=say)
     if schedule_out is not None and result.schedule is not None:
         from ..schedule.format import write_schedule
 

@@ -1,10 +1,51 @@
-"""The optimal solver's names and defaults, in one numpy-free module (the CLI imports it at start-up).
+"""The optimal solver's names and defaults, and SolveSettings (what decides a solve's answer besides the
+trace and the budget), in one numpy-free module (the CLI and the sweep's keys import it at start-up).
 
-Used by solvers.py, solve.py and commands.py.
+Used by solvers.py, solve.py, commands.py, and by sweep (the `optimal` policy's specs and rows).
 """
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import UsageError
 
 SOLVERS = ("highs", "cpsat")
 DEFAULT_SOLVER = "highs"
 DEFAULT_TIME_LIMIT_S = 600.0
 DEFAULT_GAP = 1e-4  # the overhead gap at which a solve stops: (best - bound) <= gap x the program's compute
 DEFAULT_THREADS = 1
+
+# The name a sweep (and its store's policy column) gives the solver: one more maker of results beside
+# the eviction policies (`dtrlab sweep --policy optimal`). No eviction policy may take it.
+OPTIMAL_POLICY = "optimal"  # = sim.policies.SOLVER_NAME (a test holds them equal)
+
+
+@dataclass(frozen=True)
+class SolveSettings:
+    """One solve's settings: the solver, its time limit for the whole solve, the gap at which it stops,
+    and whether only the crossing bound is asked for (no model, no schedule: traces too large for it).
+    A sweep row's key holds all four; the solver's threads are one (a sweep runs a solve a core)."""
+
+    solver: str = DEFAULT_SOLVER
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    gap: float = DEFAULT_GAP
+    bound_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.solver not in SOLVERS:
+            raise UsageError(f"unknown solver {self.solver!r} (known: {', '.join(SOLVERS)})")
+        if not (self.time_limit_s > 0 and math.isfinite(self.time_limit_s)):
+            raise UsageError(f"--time-limit must be a positive number of seconds, got {self.time_limit_s}")
+        if not 0 <= self.gap < 1:
+            raise UsageError(f"--gap must be in [0, 1), got {self.gap}")
+        # canonical numbers: 60 and 60.0 are one setting, so one key
+        object.__setattr__(self, "time_limit_s", float(self.time_limit_s))
+        object.__setattr__(self, "gap", float(self.gap))
+        object.__setattr__(self, "bound_only", bool(self.bound_only))
+
+    def key(self) -> dict:
+        """What a store key holds of these settings."""
+        return {"solver": self.solver, "time_limit_s": self.time_limit_s, "gap": self.gap,
+                "bound_only": self.bound_only}

@@ -18,7 +18,7 @@ from ..schedule.check import Replay, check_schedule
 from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
 from .bound import crossing_bound_ns
-from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS
+from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS, SolveSettings
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .warm import start_of_schedule
@@ -140,9 +140,9 @@ def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: 
     return solve_cpsat(m, time_limit_s, threads, abs_gap_ns)
 
 
-# DTR's envelope: a schedule that fits a budget fits every larger one, so DTR's runs at slightly
-# smaller budgets are schedules for this one too (where DTR runs out of memory at the budget, or
-# takes a pathological overhead there, one of them may not).
+# DTR's envelope (analysis/envelope.py defines it over a curve): a schedule that fits a budget fits
+# every larger one, so DTR's runs at slightly smaller budgets are schedules for this one too (where DTR
+# runs out of memory at the budget, or takes a pathological overhead there, one of them may not).
 ENVELOPE_SCALES = (0.995, 0.99, 0.98, 0.97, 0.95, 0.9)
 
 
@@ -286,6 +286,16 @@ def crossing_bound(program: Program, budget_bytes: int, dtr: bool = True) -> Opt
                          solve_s, None, 0, 0, dtr_overhead, False, 0, 0, None, None)
 
 
+def solve(program: Program, budget_bytes: int, settings: SolveSettings, *, threads: int = DEFAULT_THREADS,
+          dtr: bool = True, progress: Callable[[str], None] | None = None) -> OptimalResult:
+    """What `settings` ask for at one budget: the crossing bound alone (bound_only; DTR's run beside it
+    unless dtr=False), or the whole solve. `dtrlab optimal` and a sweep's optimal rows both come from here."""
+    if settings.bound_only:
+        return crossing_bound(program, budget_bytes, dtr=dtr)
+    return solve_optimal(program, budget_bytes, solver=settings.solver, time_limit_s=settings.time_limit_s,
+                         threads=threads, gap=settings.gap, progress=progress)
+
+
 def min_budget_bytes(program: Program) -> int:
     """No schedule fits below this: an operator needs its inputs' storages, its outputs' bytes and the
     constants made so far resident at once, and the end needs every pinned output and constant."""
@@ -303,5 +313,5 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else "inf" if x == math.inf else f"{x:.4f}x"
 
 
-__all__ = ["OptimalResult", "solve_optimal", "lp_bound", "crossing_bound", "min_budget_bytes", "schedule_from_solution",
+__all__ = ["OptimalResult", "solve", "solve_optimal", "lp_bound", "crossing_bound", "min_budget_bytes", "schedule_from_solution",
            "overhead_of", "EXACT", "LP_ONLY", "CROSSING_ONLY", "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]

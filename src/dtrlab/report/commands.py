@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
+from ..optimal.commands import GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName
 from ..options import POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT
 from ..output import console
 from ..trace import choose_source
@@ -50,6 +51,12 @@ def reproduce_cmd(
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
                                                help=POLICY_HELP + " Repeatable: each joins the leaderboard."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
+    optimal: bool = typer.Option(False, "--optimal",
+                                 help="Also solve each trace's coarse budgets and the study's windows with the "
+                                      "optimal solver (--time-limit S a budget), for the baselines section."),
+    time_limit: float = TIME_LIMIT_OPT,
+    solver: SolverName = SOLVER_OPT,
+    gap: float = GAP_OPT,
 ) -> None:
     """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
     from ..errors import UsageError
@@ -60,13 +67,15 @@ def reproduce_cmd(
     from .plan import SUBJECT_POLICY
     from .study import FETCH_AND_REPRODUCE
     from .write import new_runs_line
+    from ..optimal.commands import settings_given
 
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
     extra = tuple(policies_given(policy, policies_file, ()))  # a bad one is one line before any work
+    settings = settings_given(time_limit, solver, gap, False) if optimal else None
     err = console(stderr=True)
     repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
-                      progress=err.is_terminal, policies=extra)
+                      progress=err.is_terminal, policies=extra, optimal=settings)
     out_console = console()
     out_console.print(_claims(repro))
     for b in repro.beside:

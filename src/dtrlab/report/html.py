@@ -65,7 +65,7 @@ def _context(repro, figures: dict) -> dict:
         "fetch": FETCH_AND_REPRODUCE, "study_missing": study_missing(claims),
         "curves": curve_rows(repro), "inversions": inversion_rows(repro), "focus": f,
         "figures": figures, "runs": len(repro.frame), "mech": mechanisms_section(repro),
-        "leaderboard": leaderboard_context(repro.leaderboard),
+        "leaderboard": leaderboard_context(repro.leaderboard), "baselines": repro.baselines, "inf": math.inf,
         "overhead": overhead_text,
         "glossary": GLOSSARY, "source_is_path": repro.source != SHIPPED,
     }

@@ -24,6 +24,7 @@ from ..analysis.regimes import Switch, switches
 from ..analysis.scan import Budget
 from ..capture.peakgap import PeakGap, peak_gaps
 from ..errors import UsageError
+from ..optimal.defaults import SolveSettings
 from ..output import console as _console
 from ..sim.instruments import Instruments
 from ..sim.policies import ablation_policies
@@ -123,9 +124,11 @@ class Reproduction:
     leaderboard: Leaderboard | None = None  # the policies ranked (report.leaderboard); None: the plan ranks none
     figures: dict = field(default_factory=dict)  # name -> (png path, svg path)
     new_runs: int = 0  # simulated by this call; the rest were in the store
+    new_solves: int = 0  # the solver's runs (reproduce --optimal) made by this call; apart from `frame`
     peaks: tuple[PeakGap, ...] = ()  # traces that carry a recorder peak (captures): the three peaks
     timelines: object = None  # report.timelines.Timelines: files written next to report.html, switch series
     live: object = None  # report.live.LiveSection: the zoo run live against the simulator (None: the plan runs none)
+    baselines: object = None  # report.baselines.Baselines: DTR beside the solver's rows the store holds
     left_out: tuple[dict, ...] = ()  # the source's traces the plan does not run: name, sha256, operators
     timings: dict = field(default_factory=dict)  # stage -> seconds (run.json, not the report: it varies)
     wall_s: float = 0.0
@@ -162,6 +165,7 @@ STAGES = ("reading traces", "coarse curves", "fine scans around every switch and
           "churn and first divergence of the focus", "ablation table (16 ab-* policies)",
           "explaining every inversion's out-of-memory", "churn of every neighbouring fine switch",
           "leaderboard of the policies", "mechanism of every switch and inversion",
+          "optimal baselines: the solver's best schedules and bounds (solved with --optimal)",
           "timelines of the focus switch and an out-of-memory",
           "live runs: the zoo's steps under budgets in PyTorch (with torch)", "claims of the study",
           "figures, report.html, summary.md, results.parquet")
@@ -206,10 +210,13 @@ def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, 
 
 def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
               workers: int | None = None, console: Console | None = None, progress: bool = True,
-              plan: Plan | None = None, policies: tuple[str, ...] = ()) -> Reproduction:
+              plan: Plan | None = None, policies: tuple[str, ...] = (),
+              optimal: SolveSettings | None = None) -> Reproduction:
     """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir;
     `plan` (default: the quick or the full plan) says what is run; `policies` (names, formulas) join
-    its leaderboard."""
+    its leaderboard; `optimal` (default: none) solves the coarse grid and the study's windows under
+    those settings first (report.baselines). The baselines section reads whatever solver rows the
+    store holds either way."""
     from .write import write_run_record
 
     plan = plan or (QUICK if quick else FULL)
@@ -227,7 +234,7 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
         out.mkdir(parents=True, exist_ok=True)
         try:
             repro = _study(path, label, plan, programs, peaks, out, stages, workers, progress, tuple(policies),
-                           left_out)
+                           left_out, optimal)
         except BaseException:
             if created:  # a failure leaves no empty folder behind; one with runs in it stays
                 with contextlib.suppress(OSError):
@@ -240,8 +247,9 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
 
 def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tuple[PeakGap, ...], out: Path,
            stages: _Stages, workers: int | None, progress: bool, extra: tuple[str, ...] = (),
-           left_out: tuple[dict, ...] = ()) -> Reproduction:
+           left_out: tuple[dict, ...] = (), optimal: SolveSettings | None = None) -> Reproduction:
     from . import leaderboard
+    from .baselines import baselines, dtr_specs, optimal_specs
     from .claims import beside_claims, evaluate
     from .write import write_all
 
@@ -249,7 +257,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     by_name = {p.name: p for p in programs}
     traces = tuple({"name": p.name, "sha256": p.sha256, "peak_bytes": baseline(p).peak_bytes,
                     "compute_ns": baseline(p).compute_ns, "operators": p.n_ops} for p in programs)
-    new_runs = 0
+    new_runs = new_solves = 0
     store = Store(out / STORE_NAME)
     try:
         limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
@@ -318,6 +326,18 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                 frame = pd.concat([frame, store.rows(s.key for s in new)], ignore_index=True)
         with stages.stage("mechanism of every switch and inversion"):
             mechs = mechanisms_of(out, found, by_name, ooms, plan)
+        with stages.stage("optimal baselines: the solver's best schedules and bounds (solved with --optimal)"):
+            if optimal is not None:
+                beside = dtr_specs(path, programs, plan, **limit)
+                new_runs += _sweep(beside, store, plan, workers, progress)
+                have = set(frame["key"])
+                frame = pd.concat([frame, store.rows(s.key for s in beside if s.key not in have)], ignore_index=True)
+                # No per-run timeout: the solver's own time limit bounds each solve (the plan's timeout is
+                # for simulations, and would cut a solve short of its limit).
+                solves = optimal_specs(path, programs, plan, optimal)
+                if solves:
+                    new_solves = run_sweep(solves, store, workers=workers, progress=progress, report=False).ran
+            section = baselines(traces, store.rows(), plan.overhead_cap, SEED)
     finally:
         store.close()
 
@@ -332,8 +352,9 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
 
             live = live_section()
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
-                         study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs, peaks=peaks,
-                         timelines=written, live=live, left_out=left_out)
+                         study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs,
+                         new_solves=new_solves, peaks=peaks,
+                         timelines=written, live=live, left_out=left_out, baselines=section)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)), beside=tuple(beside_claims(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):

@@ -81,6 +81,10 @@ class Plan:
     # Run the zoo's steps live under budgets beside their simulations (report.live), when torch is
     # installed: about 10 s on the 2-core machine.
     live: bool = False
+    # With --optimal (report.baselines): traces of at most this many operators get the exact solve,
+    # larger ones the crossing bound alone (ResNet-32 has 509, U-Net 399; the LSTM's 8,063 would make a
+    # model of tens of millions of variables). None: every trace the exact solve.
+    optimal_max_operators: int | None = 1_000
 
     @property
     def ranks(self) -> bool:

@@ -173,3 +173,50 @@ def ablation_heatmap(trace: str, ratios: tuple[float, ...], curves: dict):
                loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# The baselines figure's four curves, by the SVG ids (gid) they are drawn under, and their legends.
+BASELINE_CURVES = {
+    "dtr": "DTR",
+    "dtr-envelope": "DTR's envelope (its least overhead at any budget up to this one)",
+    "best-found": "best schedule found (the solver's, replayed by the checker)",
+    "lower-bound": "lower bound (no schedule beats it)",
+}
+
+
+def optimal_baselines(trace: str, points):
+    """Overhead against ratio on one trace (report.baselines Points): DTR's runs, DTR's envelope, the best
+    schedule the solver found, the lower bound; x under the curves: DTR out of memory (or past the cap)."""
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    pts = [p for p in points if p.ratio is not None]
+
+    def series(value):
+        kept = [(p.ratio, value(p)) for p in pts if value(p) is not None and np.isfinite(value(p))]
+        return [r for r, _ in kept], [v for _, v in kept]
+
+    x, y = series(lambda p: p.dtr)
+    ax.plot(x, y, "-", color=POLICY_COLOURS["dtr"], lw=1, marker="." if len(x) < 60 else None, ms=4,
+            label=BASELINE_CURVES["dtr"], gid="dtr", zorder=2)
+    x, y = series(lambda p: p.envelope)
+    ax.step(x, y, where="post", color="#17becf", lw=1.8, ls="--", label=BASELINE_CURVES["dtr-envelope"],
+            gid="dtr-envelope", zorder=3)
+    x, y = series(lambda p: p.best)
+    none = "" if x else ": none (the bound alone, or no schedule found in time)"
+    ax.plot(x, y, "s", color="#2ca02c", ms=6, mfc="none", mew=1.4, label=BASELINE_CURVES["best-found"] + none,
+            gid="best-found", zorder=4)
+    x, y = series(lambda p: p.bound)
+    ax.plot(x, y, "v:", color="#8e44ad", ms=5, lw=1, label=BASELINE_CURVES["lower-bound"], gid="lower-bound",
+            zorder=4)
+    finite = [v for p in pts for v in (p.dtr, p.envelope, p.best, p.bound) if v is not None and np.isfinite(v)]
+    floor = min(finite) / 1.1 if finite else 0.9
+    failed = [p.ratio for p in pts if p.dtr_outcome in (OOM, REMAT_LIMIT)]
+    if failed:
+        ax.plot(failed, [floor] * len(failed), "x", color=POLICY_COLOURS["dtr"], ms=5, mew=1.2, gid="dtr-failed",
+                label="DTR out of memory (or past the overhead cap)")
+    ax.set_yscale("log")
+    ax.set_xlabel("memory budget (ratio of the unconstrained peak)")
+    ax.set_ylabel("overhead (runtime / baseline compute, log)")
+    ax.set_title(f"{trace}: DTR against the best schedule found and a lower bound")
+    ax.legend(**LEGEND_OUTSIDE)
+    ax.grid(True, which="both", alpha=0.25)
+    return fig

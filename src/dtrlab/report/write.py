@@ -65,6 +65,11 @@ def _figures(repro) -> dict[str, dict]:
         a = repro.ablation
         keep("ablation-heatmap", plots.ablation_heatmap(a.trace, a.ratios, a.curves),
              f"{a.trace}: every ablation of the DTR score over the budgets around the focus.")
+    for tb in (repro.baselines.traces if repro.baselines is not None else ()):
+        keep(f"optimal-{tb.trace}", plots.optimal_baselines(tb.trace, tb.points),
+             f"{tb.trace}: overhead against budget of DTR, DTR's envelope (the least overhead DTR reaches at any "
+             "budget up to each), the best schedule the solver found (replayed by the schedule checker) and the lower "
+             "bound no schedule beats, at the budgets the store has solver rows for; x: DTR runs out of memory.")
     if repro.leaderboard is not None:
         keep("leaderboard", leaderboard.figure(repro.leaderboard),
              "Every ranked policy's overhead against budget on each trace (feasible budgets; log scale).")
@@ -94,9 +99,10 @@ RUN_RECORD = "run.json"
 
 def new_runs_line(repro) -> str:
     """What this call simulated; a rerun into the same folder says it simulated nothing."""
+    solves = f"; {repro.new_solves:,} new solves" if repro.new_solves else ""
     if repro.new_runs == 0:
-        return f"0 new runs: every one of the {len(repro.frame):,} runs was in the store"
-    return f"{repro.new_runs:,} new runs, {len(repro.frame) - repro.new_runs:,} from the store"
+        return f"0 new runs: every one of the {len(repro.frame):,} runs was in the store{solves}"
+    return f"{repro.new_runs:,} new runs, {len(repro.frame) - repro.new_runs:,} from the store{solves}"
 
 
 def write_all(repro) -> dict:
@@ -111,7 +117,7 @@ def write_run_record(repro) -> Path:
     record = {"dtrlab_version": __version__, "source": repro.source, "plan": repro.plan.name,
               "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "wall_s": round(repro.wall_s, 3), "timings_s": {k: round(v, 3) for k, v in repro.timings.items()},
-              "runs": len(repro.frame), "new_runs": repro.new_runs, "summary": new_runs_line(repro)}
+              "runs": len(repro.frame), "new_runs": repro.new_runs, "new_solves": repro.new_solves, "summary": new_runs_line(repro)}
     path = repro.out_dir / RUN_RECORD
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return path

@@ -173,6 +173,9 @@ def _ablations():
 
 POLICIES: dict[str, Policy] = {}
 _ALIASES: dict[str, str] = {}
+# What a sweep calls the optimal solver among its policies (dtrlab.optimal.defaults.OPTIMAL_POLICY, which
+# this layer cannot import); no eviction policy takes the name, and asking for it here says where it is.
+SOLVER_NAME = "optimal"
 
 
 def register_policy(name: str, score: str | Formula | Score | None,
@@ -260,6 +263,9 @@ def get_policy(name: str | Policy) -> Policy:
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     policy = POLICIES.get(key)
+    if policy is None and key == SOLVER_NAME:
+        raise UsageError(f"{name!r} is the optimal solver, not an eviction policy: `dtrlab optimal` solves one "
+                         "budget, `dtrlab sweep --policy optimal` many")
     if policy is None:
         raise UsageError(f"unknown policy {name!r} (known: {', '.join(POLICIES)}, or the reference class names)")
     return policy

@@ -12,6 +12,8 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import UsageError
+from ..optimal.commands import BOUND_ONLY_OPT, GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName, settings_given
+from ..optimal.defaults import OPTIMAL_POLICY
 from ..options import POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SOURCE_ARG, TRACES_OPT, EngineName
 from ..output import console
 from ..defaults import DEFAULT_POLICY
@@ -58,7 +60,9 @@ def sweep(
     budget_bytes: Optional[str] = typer.Option(None, "--budget-bytes", "-b", metavar="LIST",
                                                help="Budgets in bytes: a list and/or ranges START:STOP:STEP."),
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
-                                               help=POLICY_HELP + " Repeatable; default: " + DEFAULT_POLICY + "."),
+                                               help=POLICY_HELP + f" Or {OPTIMAL_POLICY}: the solver's best schedule "
+                                                    "and a lower bound, one solve a budget (docs/optimal.md). "
+                                                    "Repeatable; default: " + DEFAULT_POLICY + "."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: Optional[List[str]] = typer.Option(None, "--runtime", metavar="R",
                                                 help=RUNTIME_HELP + " Repeatable; default: " + DEFAULT_RUNTIME + "."),
@@ -76,6 +80,10 @@ def sweep(
     refine_rounds: int = typer.Option(1, "--refine-rounds", metavar="N",
                                       help="Rounds of refinement (each looks at all results so far)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
+    time_limit: float = TIME_LIMIT_OPT,
+    solver: SolverName = SOLVER_OPT,
+    gap: float = GAP_OPT,
+    bound_only: bool = BOUND_ONLY_OPT,
     engine: EngineName = typer.Option(EngineName.auto, "--engine",
                                       help="Simulator engine (results are the same; not part of a run's key)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar and no summary table."),
@@ -90,7 +98,7 @@ def sweep(
     from ..sim.runtimes import get_runtime
     from ..trace import load
     from .executors import get_executor
-    from .grid import build_specs, parse_budget_bytes, parse_ratios
+    from .grid import build_specs, is_optimal, parse_budget_bytes, parse_ratios
     from .run import interrupted_exit_status, refine_rounds as refinement, run_sweep
     from .store import Store
 
@@ -99,7 +107,13 @@ def sweep(
     # Check everything cheap before reading traces: a typo should not wait for a large file.
     ratio_values = parse_ratios(ratios) if ratios is not None else ()
     byte_values = parse_budget_bytes(budget_bytes) if budget_bytes is not None else ()
-    policies = policies_given(policy, policies_file)
+    # The solver is asked for by name among the policies; the rest are eviction policies.
+    asked = list(policy or ())
+    solving = any(is_optimal(p) for p in asked)
+    settings = settings_given(time_limit, solver, gap, bound_only)  # checked even when not solving
+    rest = [p for p in asked if not is_optimal(p)]
+    policies = policies_given(rest, policies_file, ()) if solving else policies_given(rest, policies_file)
+    policies += [OPTIMAL_POLICY] if solving else []
     runtimes = list(runtime) if runtime else [DEFAULT_RUNTIME]
     for r in runtimes:
         get_runtime(r)
@@ -113,7 +127,7 @@ def sweep(
         raise UsageError("--scheduler is for --executor dask")
     programs = load(source, list(trace) if trace else None, cache=not no_cache)
     specs = build_specs(source, programs, policies, runtimes, ratio_values, byte_values,
-                        overhead_limit=overhead_limit, seed=seed, engine=engine.value)
+                        overhead_limit=overhead_limit, seed=seed, engine=engine.value, solve=settings)
     # The executor first: an unreachable scheduler must not leave a new, empty store behind.
     with get_executor(executor.value, workers, scheduler) as ex, Store(store) as opened:
         summary = run_sweep(specs, opened, ex, timeout_s=timeout, progress=not no_progress,

@@ -1,6 +1,7 @@
 """Budget grids (ratio lists and exact decimal ranges, byte budgets, refinement) and RunSpec.
 
-A RunSpec is one (trace, policy, runtime, budget, options) run, keyed by a stable hash.
+A RunSpec is one (trace, policy, runtime, budget, options) run, keyed by a stable hash; the policy
+`optimal` is the solver's run at one budget instead of a simulation (its settings in the key).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Iterable, Sequence
 
 from ..semantics import SEMANTICS_VERSION
 from ..errors import UsageError
+from ..optimal.defaults import OPTIMAL_POLICY, SolveSettings
 from ..sim.policies import get_policy, policy_key
 from ..sim.result import OK, TIMEOUT
 from ..sim.runtimes import get_runtime
@@ -153,6 +155,16 @@ def refine(points: Iterable[Point], k: int, factor: float) -> tuple[float, ...]:
     return tuple(sorted(new))
 
 
+# The runtime column of an optimal row: a solver's schedule is held to the schedule checker's memory
+# model (docs/schedules.md), not run by a runtime of the simulator.
+CHECKER_RUNTIME = "checker"
+
+
+def is_optimal(policy: str) -> bool:
+    """Whether a policy name asks for the solver (`--policy optimal`) rather than an eviction policy."""
+    return policy.strip().lower() == OPTIMAL_POLICY
+
+
 def portable_name(policy) -> str:
     """How a spec names its policy so that a worker process can rebuild it: a built-in by its name,
     a formula registered in this process by its text (the worker has not registered it)."""
@@ -179,9 +191,21 @@ class RunSpec:
     overhead_limit: float | None = None
     seed: int = 0
     engine: str = "auto"  # results never depend on it, so it is not part of the key
+    solve: SolveSettings | None = None  # the solver's settings: set for the policy `optimal` only
+
+    def __post_init__(self) -> None:
+        if (self.solve is not None) != (self.policy == OPTIMAL_POLICY):
+            raise ValueError(f"a spec of policy {self.policy!r} with solve={self.solve!r}: the solver's settings "
+                             f"go with the policy {OPTIMAL_POLICY!r} and only with it")
 
     @cached_property  # a frozen dataclass still has a __dict__ for it; fields decide equality
     def key(self) -> str:
+        if self.solve is not None:  # a solve: the checker's model decides, and the solve's settings
+            canonical = json.dumps({
+                "trace_sha256": self.trace_sha256, "policy": OPTIMAL_POLICY, "solve": self.solve.key(),
+                "budget_bytes": self.budget_bytes, "semantics": SEMANTICS_VERSION,
+            }, sort_keys=True, separators=(",", ":"))
+            return hashlib.sha256(canonical.encode()).hexdigest()
         canonical = json.dumps({
             "trace_sha256": self.trace_sha256,
             # The name and the formula: two formulas under one name never share a row, and a row's
@@ -199,16 +223,18 @@ class RunSpec:
     def group(self) -> tuple:
         """The runs that differ only in budget: one curve of overhead against ratio."""
         return (self.trace_sha256, self.trace, self.source, self.policy, self.runtime,
-                self.overhead_limit, self.seed, self.engine)
+                self.overhead_limit, self.seed, self.engine, self.solve)
 
 
 def build_specs(source: str, programs: Sequence[Program], policies: Sequence[str],
                 runtimes: Sequence[str], ratios: Sequence[float] = (),
                 budgets_bytes: Sequence[int] = (), *, overhead_limit: float | None = None,
-                seed: int = 0, engine: str = "auto") -> list[RunSpec]:
+                seed: int = 0, engine: str = "auto", solve: SolveSettings | None = None) -> list[RunSpec]:
     """The cross product traces x policies x runtimes x budgets, one spec per distinct key.
 
-    Two ratios that round to the same byte budget are one run; the first ratio names it.
+    Two ratios that round to the same byte budget are one run; the first ratio names it. The policy
+    `optimal` is one solve a (trace, budget) under `solve` (default: SolveSettings()), whatever the
+    runtimes; its specs have no overhead limit, seed or engine.
     """
     if not ratios and not budgets_bytes:
         raise UsageError("give budgets: --ratios and/or --budget-bytes")
@@ -218,7 +244,8 @@ def build_specs(source: str, programs: Sequence[Program], policies: Sequence[str
         if not (math.isfinite(overhead_limit) and overhead_limit >= 1):
             raise UsageError(f"overhead limit must be a number of at least 1, got {overhead_limit}")
         overhead_limit = float(overhead_limit)
-    pols = list(dict.fromkeys(portable_name(get_policy(p)) for p in policies))
+    solver = any(is_optimal(p) for p in policies)
+    pols = list(dict.fromkeys(portable_name(get_policy(p)) for p in policies if not is_optimal(p)))
     rts = list(dict.fromkeys(get_runtime(r).name for r in runtimes))
     for p, r in itertools.product(pols, rts):
         check_compatible(get_policy(p), get_runtime(r))
@@ -230,4 +257,10 @@ def build_specs(source: str, programs: Sequence[Program], policies: Sequence[str
             spec = RunSpec(program.name, program.sha256, str(source), policy, runtime, budget,
                            ratio, overhead_limit, int(seed), engine)
             specs.setdefault(spec.key, spec)
+        if solver:
+            settings = solve or SolveSettings()
+            for budget, ratio in budgets:
+                spec = RunSpec(program.name, program.sha256, str(source), OPTIMAL_POLICY, CHECKER_RUNTIME, budget,
+                               ratio, solve=settings)
+                specs.setdefault(spec.key, spec)
     return list(specs.values())

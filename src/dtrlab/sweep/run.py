@@ -12,7 +12,7 @@ import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
@@ -174,7 +174,7 @@ def interrupted_message(summary: SweepSummary) -> str:
 def _check_rebuildable(specs: Sequence[RunSpec]) -> None:
     """Workers are other processes: a policy that is a Python function registered here is unknown
     there (and its rows could not be told from another function's under the same name)."""
-    for name in dict.fromkeys(s.policy for s in specs):
+    for name in dict.fromkeys(s.policy for s in specs if s.solve is None):
         if get_policy(name).formula is None and not is_import_path(name):
             raise UsageError(f"policy {name!r} is a Python function registered in this process, which a "
                              "sweep's worker processes cannot see: write it as a formula (--policy "
@@ -263,9 +263,7 @@ def refine_specs(specs: Sequence[RunSpec], store: Store, programs: Mapping[str, 
         proto = members[0]
         program = programs[proto.trace_sha256]
         for ratio in refine(points, k, factor):
-            spec = RunSpec(proto.trace, proto.trace_sha256, proto.source, proto.policy, proto.runtime,
-                           budget_from_ratio(program, ratio), ratio, proto.overhead_limit, proto.seed,
-                           proto.engine)
+            spec = replace(proto, budget_bytes=budget_from_ratio(program, ratio), ratio=ratio)
             if spec.key not in have:
                 new.setdefault(spec.key, spec)
     return sorted(new.values(), key=lambda s: (s.trace, s.policy, s.runtime, s.budget_bytes))

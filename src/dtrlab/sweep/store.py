@@ -1,6 +1,7 @@
 """The results store: one embedded DuckDB file, one row per run, each written in its own transaction.
 
-Owns the schema (versioned in a meta table), what counts as done, and export to CSV or Parquet.
+Owns the schema (versioned in a meta table, older versions migrated forward), what counts as done, and
+export to CSV or Parquet. A solve's row (policy optimal) is a run's row with the solver's columns set.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import duckdb
 
 from .. import __version__
 from ..errors import UsageError
-from ..sim.result import TIMEOUT, RunResult, run_overhead
+from ..sim.result import OK, OOM, TIMEOUT, RunResult, run_overhead
 from . import DEFAULT_STORE
 from .grid import RunSpec
 from .wal import wal_layout
@@ -28,9 +29,12 @@ from .wal import wal_layout
 if TYPE_CHECKING:
     import pandas as pd
 
-APP = "dtrlab-results"
-SCHEMA_VERSION = 1
+    from ..optimal.solve import OptimalResult
 
+APP = "dtrlab-results"
+SCHEMA_VERSION = 2
+
+# The first schema's tables; {added} becomes the columns added since (_ADDED_COLUMNS), as ALTERs.
 _SCHEMA = """
 CREATE TABLE meta (
     app VARCHAR NOT NULL,
@@ -65,6 +69,7 @@ CREATE TABLE runs (
     created_at TIMESTAMPTZ NOT NULL,
     dtrlab_version VARCHAR NOT NULL
 );
+{added}
 CREATE TABLE storage_evictions (
     key VARCHAR NOT NULL,
     storage BIGINT NOT NULL,
@@ -75,11 +80,30 @@ CREATE TABLE storage_evictions (
 );
 """
 
+# Each schema version after the first adds nullable columns to runs (a row of an older version reads
+# them as NULL): version -> (column, type, what it holds). Opening an older store for writing adds them
+# in one transaction and sets its version; a read-only open reads them as NULL and changes nothing.
+_ADDED_COLUMNS = {
+    2: (  # the solver's row (policy optimal); NULL in a simulation's row
+        ("bound_overhead", "DOUBLE", "a lower bound on the overhead of any schedule (inf: none fits)"),
+        ("gap", "DOUBLE", "(overhead - bound) / overhead of the best schedule found"),
+        ("solver_status", "VARCHAR", "optimal | feasible | infeasible | unknown"),
+        ("solver", "VARCHAR", "highs | cpsat | none (the crossing bound alone)"),
+        ("solve_kind", "VARCHAR", "exact | crossing-bound"),
+        ("time_limit_s", "DOUBLE", "the solve's time limit"),
+        ("target_gap", "DOUBLE", "the gap at which the solve was to stop (--gap)"),
+    ),
+}
+_SCHEMA = _SCHEMA.format(added="\n".join(
+    f"ALTER TABLE runs ADD COLUMN {name} {kind};  -- {what}"
+    for version in sorted(_ADDED_COLUMNS) for name, kind, what in _ADDED_COLUMNS[version]))
+_SOLVER_COLUMNS = tuple(name for name, _, _ in _ADDED_COLUMNS[2])
+
 _RUN_COLUMNS = (
     "key", "trace", "trace_sha256", "policy", "runtime", "ratio", "budget_bytes", "outcome",
     "overhead", "clock_ns", "remat_ns", "evictions", "eager_evictions", "distinct_evicted",
     "peak_bytes", "score_evals", "baseline_compute_ns", "baseline_peak_bytes", "overhead_limit",
-    "seed", "engine", "timeout_s", "wall_s", "created_at", "dtrlab_version",
+    "seed", "engine", "timeout_s", "wall_s", "created_at", "dtrlab_version", *_SOLVER_COLUMNS,
 )
 _MEASURED = ("clock_ns", "remat_ns", "evictions", "eager_evictions", "distinct_evicted",
              "peak_bytes", "score_evals", "baseline_compute_ns", "baseline_peak_bytes")
@@ -89,9 +113,14 @@ EXPORT_COLUMNS = (
     "trace", "policy", "runtime", "ratio", "budget_bytes", "outcome", "overhead", "evictions",
     "distinct_evicted", "eager_evictions", "clock_ns", "remat_ns", "peak_bytes", "score_evals",
     "baseline_compute_ns", "baseline_peak_bytes", "overhead_limit", "seed", "engine", "timeout_s",
-    "wall_s", "trace_sha256", "dtrlab_version", "created_at", "key",
+    "wall_s", *_SOLVER_COLUMNS, "trace_sha256", "dtrlab_version", "created_at", "key",
 )
-_EXPORT_SQL = f"SELECT {', '.join(EXPORT_COLUMNS)} FROM runs ORDER BY trace, policy, runtime, budget_bytes, key"
+
+
+def _export_sql(present: set[str]) -> str:
+    """The export's SELECT; a column an older schema lacks reads as NULL."""
+    cols = [c if c in present else f"NULL AS {c}" for c in EXPORT_COLUMNS]
+    return f"SELECT {', '.join(cols)} FROM runs ORDER BY trace, policy, runtime, budget_bytes, key"
 
 
 def _first_line(error: Exception) -> str:
@@ -174,6 +203,8 @@ def _check_log(path: Path) -> None:
 # Reading every column of every table makes DuckDB check the checksum of every block in use.
 _READ_ALL = "SELECT bit_xor(hash(COLUMNS(*))) FROM {table}"
 _TABLES = ("meta", "runs", "storage_evictions")
+# The older schemas this dtrlab opens (and brings forward when it opens one for writing).
+_MIGRATABLE = tuple(range(1, SCHEMA_VERSION))
 
 
 def _reading(method):
@@ -190,7 +221,8 @@ class Store:
 
     An existing file is first opened read-only and read through, so that DuckDB never replays,
     rewrites or deletes anything of a file that is damaged, foreign or of another schema; only a
-    file that did not exist gets the schema.
+    file that did not exist gets the schema. `version` is the file's schema: an older one that this
+    dtrlab reads is brought to SCHEMA_VERSION by a writable open (_migrate), never by a read-only one.
     """
 
     def __init__(self, path: str | os.PathLike = DEFAULT_STORE, *, create: bool = True,
@@ -203,16 +235,42 @@ class Store:
             raise UsageError(f"{self.path}: no such results store")
         if not exists and not self.path.parent.is_dir():
             raise UsageError(f"{self.path}: the folder {self.path.parent} does not exist")
+        self.version = SCHEMA_VERSION
         if exists:
             _check_log(self.path)
             self._con = _connect(self.path, read_only=True)
             self._checked(self._check)
             if read_only:
+                self._checked(self._read_columns)
                 return
             self._con.close()
         self._con = _connect(self.path, read_only)
         if not exists:
             self._checked(self._create)
+        elif self.version != SCHEMA_VERSION:
+            self._checked(self._migrate)
+        self._checked(self._read_columns)
+
+    def _read_columns(self) -> None:
+        self._columns = {row[0] for row in self._con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+            "AND table_name = 'runs'").fetchall()}
+        self._export_sql = _export_sql(self._columns)
+
+    def _migrate(self) -> None:
+        """An older store brought to this schema in one transaction: the columns added since, NULL in
+        its rows, and its version. Nothing else changes; a failure leaves it as it was."""
+        self._con.begin()
+        try:
+            for version in range(self.version + 1, SCHEMA_VERSION + 1):
+                for name, kind, _ in _ADDED_COLUMNS[version]:
+                    self._con.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+            self._con.execute("UPDATE meta SET schema_version = ?", [SCHEMA_VERSION])
+            self._con.commit()
+        except BaseException:
+            self._con.rollback()
+            raise
+        self.version = SCHEMA_VERSION
 
     def _checked(self, step) -> None:
         try:
@@ -248,10 +306,12 @@ class Store:
         if row is None or row[0] != APP:
             raise foreign
         version = row[1]
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and version not in _MIGRATABLE:
             age = "an older" if version < SCHEMA_VERSION else "a newer"
             raise UsageError(f"{self.path}: written by {age} dtrlab (store schema {version}, this "
-                             f"dtrlab reads {SCHEMA_VERSION}); use that dtrlab, or a new --store")
+                             f"dtrlab reads {', '.join(map(str, (*_MIGRATABLE, SCHEMA_VERSION)))}); use that "
+                             "dtrlab, or a new --store")
+        self.version = version
         for table in _TABLES:
             self._con.execute(_READ_ALL.format(table=table)).fetchall()
 
@@ -272,14 +332,14 @@ class Store:
     def rows(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """The runs table (or the rows of `keys`), one row per run, in export order."""
         if keys is None:
-            return _with_overheads(self._con.execute(_EXPORT_SQL).df())
+            return _with_overheads(self._con.execute(self._export_sql).df())
         import pandas as pd  # only when a frame is asked for: the CLI stays light
 
         wanted = pd.DataFrame({"key": list(keys)})
         self._con.register("_wanted", wanted)
         try:
             return _with_overheads(self._con.execute(
-                _EXPORT_SQL.replace("FROM runs", "FROM runs SEMI JOIN _wanted USING (key)")).df())
+                self._export_sql.replace("FROM runs", "FROM runs SEMI JOIN _wanted USING (key)")).df())
         finally:
             self._con.unregister("_wanted")
 
@@ -296,27 +356,33 @@ class Store:
     # --- writing --------------------------------------------------------------------------
 
     @_reading
-    def put(self, spec: RunSpec, result: RunResult, wall_s: float,
+    def put(self, spec: RunSpec, result: RunResult | OptimalResult, wall_s: float,
             per_storage: Mapping[int, Any] | Iterable[Any] | None = None, *,
             timeout_s: float | None = None) -> None:
-        """Store one finished run (and its per-storage counts, when instruments gave them)
-        in one transaction, replacing an earlier timeout of the same key."""
-        timed_out = result.outcome == TIMEOUT
+        """Store one finished run (and its per-storage counts, when instruments gave them), or one
+        solve's answer (an OptimalResult), in one transaction, replacing an earlier timeout of the key."""
         row = {
             "key": spec.key, "trace": spec.trace, "trace_sha256": spec.trace_sha256,
             "policy": spec.policy, "runtime": spec.runtime, "ratio": spec.ratio,
-            "budget_bytes": spec.budget_bytes, "outcome": result.outcome,
-            "overhead": result.overhead,
-            "overhead_limit": spec.overhead_limit, "seed": spec.seed,
-            "engine": None if timed_out else result.engine, "timeout_s": timeout_s,
+            "budget_bytes": spec.budget_bytes,
+            "overhead_limit": spec.overhead_limit, "seed": spec.seed, "timeout_s": timeout_s,
             "wall_s": float(wall_s), "created_at": datetime.now(timezone.utc),
             "dtrlab_version": __version__,
+            **dict.fromkeys(_SOLVER_COLUMNS),
         }
-        for name in _MEASURED:
-            row[name] = None if timed_out else int(getattr(result, name))
-        if per_storage is None:
-            per_storage = getattr(result.observations, "per_storage", None)
-        storages = _storage_rows(per_storage)
+        if spec.solve is not None:
+            row.update(solver=spec.solve.solver, time_limit_s=spec.solve.time_limit_s, target_gap=spec.solve.gap)
+        storages = []
+        if isinstance(result, RunResult):
+            timed_out = result.outcome == TIMEOUT
+            row.update(outcome=result.outcome, overhead=result.overhead, engine=None if timed_out else result.engine)
+            for name in _MEASURED:
+                row[name] = None if timed_out else int(getattr(result, name))
+            if per_storage is None:
+                per_storage = getattr(result.observations, "per_storage", None)
+            storages = _storage_rows(per_storage)
+        else:
+            row.update(_solved_columns(result))
         con = self._con
         con.begin()
         try:
@@ -340,6 +406,22 @@ class Store:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _solved_columns(result: OptimalResult) -> dict:
+    """A solve's row: outcome ok with the replay's clock (so its overhead is the checker's, by
+    run_overhead's rule) when it has a schedule, else oom with no clock (solver_status says whether no
+    schedule exists, infeasible, or none was found, unknown); its bound, gap and status beside."""
+    replay = result.replay
+    row = {name: None for name in _MEASURED}
+    row.update(outcome=OK if replay is not None else OOM, overhead=None if replay is None else replay.overhead,
+               engine=None, solver=result.solver,
+               solver_status=result.status, solve_kind=result.kind, gap=result.gap,
+               bound_overhead=float(result.bound_overhead))
+    if replay is not None:
+        row.update(clock_ns=int(replay.clock_ns), remat_ns=int(replay.remat_ns), peak_bytes=int(replay.peak_bytes),
+                   baseline_compute_ns=int(replay.compute_ns))
+    return row
 
 
 def _with_overheads(frame: pd.DataFrame) -> pd.DataFrame:

@@ -15,10 +15,14 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import DtrlabError, UsageError
 from ..sim.result import TIMEOUT, RunResult
 from .grid import RunSpec
+
+if TYPE_CHECKING:
+    from ..optimal.solve import OptimalResult
 
 
 # The signals that stop a sweep cleanly (what is stored stays, the summary is printed).
@@ -27,10 +31,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @dataclass(frozen=True)
 class Finished:
-    """One run done: its spec, its result (outcome timeout when it was killed) and its wall time."""
+    """One run done: its spec, its result (outcome timeout when it was killed) and its wall time.
+    A solve (policy optimal) gives an optimal.solve.OptimalResult, without its schedule."""
 
     spec: RunSpec
-    result: RunResult
+    result: RunResult | OptimalResult
     wall_s: float
 
 
@@ -68,6 +73,16 @@ def _program(programs: dict, spec: RunSpec):
     return program
 
 
+def _solve(program, spec: RunSpec):
+    """The solver's answer at the spec's budget, without its schedule (the row keeps its figures; the
+    schedule itself is `dtrlab optimal --schedule-out`'s). Bound-only rows skip DTR: its own rows say it."""
+    from dataclasses import replace
+
+    from ..optimal.solve import solve
+
+    return replace(solve(program, spec.budget_bytes, spec.solve, dtr=False), schedule=None)
+
+
 def _watch_parent(parent_pid: int) -> None:
     """Exit when the parent is gone (kill -9 of a sweep): nobody is left to read our result."""
     while True:
@@ -95,8 +110,11 @@ def child_main(read_fd: int, write_fd: int, parent_pid: int) -> None:
             program = _program(programs, spec)
             outbox.send(("started", None))
             t0 = time.perf_counter()
-            result = simulate(program, spec.budget_bytes, spec.policy, spec.runtime,
-                              overhead_limit=spec.overhead_limit, seed=spec.seed, engine=spec.engine)
+            if spec.solve is not None:
+                result = _solve(program, spec)
+            else:
+                result = simulate(program, spec.budget_bytes, spec.policy, spec.runtime,
+                                  overhead_limit=spec.overhead_limit, seed=spec.seed, engine=spec.engine)
             outbox.send(("done", (result, time.perf_counter() - t0)))
         except DtrlabError as exc:
             outbox.send(("usage", str(exc)))
