@@ -1,0 +1,75 @@
+"""torch.compile (inductor) under torch._functorch.config.activation_memory_budget, as a mode of the
+comparison, and the peak of compiled code, which no dispatch mode sees.
+
+Owns the compiled runner and the allocator count: inductor's generated code allocates its buffers
+below the dispatcher, so the storage counter (peak.py) cannot follow it; the CPU allocator's own
+reports to the profiler (every allocation and free, with its bytes) can.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+from torch._functorch import config as functorch_config
+from torch._inductor import config as inductor_config
+from torch.profiler import ProfilerActivity, profile
+
+from .world import state_of
+
+
+def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tensor]) -> int:
+    """The bytes of `state`'s distinct storages, plus the most the CPU allocator held at once, above
+    where it stood when `step` began, while `step` ran. The profiler reports no free of a block
+    allocated before it started: `state` must be all that lives from before and is freed inside
+    (a step's old gradients dropped before, as its own zero_grad would)."""
+    held = {}
+    for t in state:
+        s = t.untyped_storage()
+        held[(s.device, s.data_ptr())] = s.nbytes()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    now = most = 0
+    for _, nbytes in changes:
+        now += nbytes
+        most = max(most, now)
+    return sum(held.values()) + most
+
+
+# How close a compiled step's gradients are to eager's: inductor fuses and reorders floating-point
+# sums, so bits differ; the bound is on the largest difference over the model, relative to its largest
+# gradient (a convolution's bias before a batch norm has a gradient of rounding noise only, so a
+# tensor-by-tensor relative bound would mean nothing).
+GRAD_TOLERANCE = 1e-4
+
+
+def _settings(budget: float):
+    """The settings a compiled step is made and run under, patched for its calls only: the partitioner's
+    activation memory budget, and one compile thread (no pool of compile workers on a shared machine)."""
+    return functorch_config.patch(activation_memory_budget=budget), inductor_config.patch(compile_threads=1)
+
+
+def compiled_runner(mode, world: Callable[[], None]):
+    """`world`'s model compiled in place (nn.Module.compile: its forward and, through AOT autograd, its
+    backward; the loss and the optimizer's update stay eager) under mode.setting as the activation
+    memory budget. Its first step compiles. Dynamo's caches are emptied first: every fresh model of
+    one class is a recompilation of the same forward, and past the recompile limit dynamo would run
+    the model eagerly without a word."""
+    from .modes import Runner
+
+    torch._dynamo.reset()
+    world.model.compile()
+    budget = mode.setting
+
+    def run() -> None:
+        a, b = _settings(budget)
+        with a, b:
+            world()
+
+    def peak() -> int:
+        for p in world.model.parameters():
+            p.grad = None  # the step's own zero_grad, done before the count (allocator_peak_bytes)
+        return allocator_peak_bytes(run, state_of(world))
+    return Runner(mode, run, peak, peak_kind="allocator")
