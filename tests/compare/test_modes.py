@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dtrlab.capture.zoo import ZOO  # noqa: E402
-from dtrlab.compare import Mode, compare, prepare  # noqa: E402
+from dtrlab.compare import Mode, compare, find_blocks, prepare  # noqa: E402
 from dtrlab.compare.compiled import GRAD_TOLERANCE  # noqa: E402
 from dtrlab.compare.world import grads_of, zoo_step  # noqa: E402
 
@@ -36,9 +36,10 @@ def assert_bitwise(name: str, sizes: dict, modes) -> None:
         assert all(torch.equal(a, b) for a, b in zip(want, got)), mode.label
 
 
-@pytest.mark.parametrize("name", ["unet", "densenet"])
-def test_eager_modes_give_plain_pytorchs_gradients_bitwise(name):
-    assert_bitwise(name, ZOO[name].tiny, (Mode("plain"), Mode("checkpoint"), Mode("sac")))
+@pytest.mark.parametrize("name,sizes", [("unet", {}), ("densenet", {}), ("transformer", {"layers": 2})])
+def test_eager_modes_give_plain_pytorchs_gradients_bitwise(name, sizes):
+    # the Transformer's layers are called with keyword arguments (src_mask, is_causal)
+    assert_bitwise(name, {**ZOO[name].tiny, **sizes}, (Mode("plain"), Mode("checkpoint"), Mode("sac")))
 
 
 @pytest.mark.slow
@@ -100,3 +101,20 @@ def test_compiled_steps_give_plain_pytorchs_gradients_within_tolerance_and_measu
     scale = max(g.abs().max().item() for g in want)
     assert max((a - b).abs().max().item() for a, b in zip(want, got)) <= GRAD_TOLERANCE * scale
     assert runner.peak_kind == "allocator" and runner.peak_bytes() > 0
+
+
+def test_checkpointing_updates_batch_norms_running_statistics_twice_and_staging_does_not():
+    # docs/checkpointing.md: a recomputed batch norm in training mode updates its running statistics
+    # again, so PyTorch's checkpointing changes the model's buffers; the staged step keeps them bitwise.
+    buffers, in_blocks = {}, None
+    for mode in (Mode("plain"), Mode("checkpoint"), Mode("sac"), Mode("staged", 1.0)):
+        world = zoo_step("resnet32", ZOO["resnet32"].tiny)
+        prepare(mode, world, costs="unit").step()
+        buffers[mode.name] = list(world.model.buffers())
+        in_blocks = sum(len(list(b.buffers())) for b in find_blocks(world.model))
+
+    def differ(name):
+        return sum(not torch.equal(a, b) for a, b in zip(buffers["plain"], buffers[name]))
+    assert in_blocks == 24 and len(buffers["plain"]) == 27  # the stem's batch norm is in no block
+    assert differ("staged") == 0
+    assert differ("checkpoint") == differ("sac") == in_blocks  # mean, variance and count of each

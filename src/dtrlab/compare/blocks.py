@@ -60,11 +60,11 @@ def sac_context():
     return create_selective_checkpoint_contexts(list(SAVED_OPS))
 
 
-def _checkpoint(forward, kwargs: dict, *args):
+def _checkpoint(forward, options: dict, *args, **kwargs):
     # The recomputation calls `forward` again on the same argument objects: a list the caller appends
     # to after the call (DenseNet's features) would then be longer. Lists are taken as they are now.
     args = tuple(list(a) if isinstance(a, list) else a for a in args)
-    return checkpoint(forward, *args, **kwargs)
+    return checkpoint(forward, *args, **options, **kwargs)
 
 
 @contextlib.contextmanager
