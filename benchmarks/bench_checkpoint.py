@@ -9,7 +9,7 @@ comparison at matched memory); writes a figure of peak memory (x) against step t
 per mode, to --figure, and the points as JSON beside it.
 
 Run: `python benchmarks/bench_checkpoint.py [--full] [--smoke] [--models unet,densenet] [--repeat N]
-[--ratios 1.0,0.5] [--compile-models transformer] [--budgets 0.1,0.5,0.9] [--figure PATH]`; the default
+[--ratios 1.0,0.5] [--compile-models transformer] [--budgets 0.1,0.5,0.9] [--figure PATH] [--replot JSON]`; the default
 is the zoo's `small` sizes (a minute a model without compiling), --full the zoo's defaults.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from dtrlab.capture.zoo import ZOO
-from dtrlab.compare import Mode, compare
+from dtrlab.compare import Mode, Point, compare
 from dtrlab.compare.compiled import step_allocator_peak_bytes
 from dtrlab.compare.world import zoo_step
 
@@ -36,7 +36,7 @@ BUDGETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 COMPILE_MODELS = ("transformer",)
 # At the zoo's default sizes the LSTM takes about 15 s a step and 90 s to stage, and has no blocks.
 FULL_MODELS = ("resnet32", "transformer", "unet", "densenet")
-KIB = 1024
+KIB, MIB = 1024, 1024 * 1024
 
 
 def modes(ratios, budgets, compiled: bool) -> list[Mode]:
@@ -100,19 +100,19 @@ def figure(results: dict, path: Path) -> None:
             if not ps:
                 continue
             label = mode + (" (allocator count)" if ps[0].peak_kind == "allocator" else "")
-            ax.plot([p.peak_bytes / KIB for p in ps], [p.step_s * 1e3 for p in ps], marker=marker, color=colour,
+            ax.plot([p.peak_bytes / MIB for p in ps], [p.step_s * 1e3 for p in ps], marker=marker, color=colour,
                     label=label, linestyle="-" if len(ps) > 1 else "none", markerfacecolor=
                     "none" if ps[0].peak_kind == "allocator" else colour)
             for p in ps:
                 if p.setting is not None:
-                    ax.annotate(f"{p.setting:g}", (p.peak_bytes / KIB, p.step_s * 1e3), fontsize=6,
+                    ax.annotate(f"{p.setting:g}", (p.peak_bytes / MIB, p.step_s * 1e3), fontsize=6,
                                 xytext=(2, 2), textcoords="offset points", color=colour)
         if plain_alloc is not None:
             plain = next(p for p in points if p.mode == "plain")
-            ax.plot([plain_alloc / KIB], [plain.step_s * 1e3], marker="o", color="k", markerfacecolor="none",
+            ax.plot([plain_alloc / MIB], [plain.step_s * 1e3], marker="o", color="k", markerfacecolor="none",
                     linestyle="none", label="plain (allocator count)")
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("measured peak (KiB)")
+        ax.set_xlabel("measured peak (MiB)")
         ax.set_ylabel("median step (ms)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
@@ -132,7 +132,13 @@ def main() -> int:
                     help="models also run compiled at --budgets ('' for none)")
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="activation_memory_budget values")
     ap.add_argument("--figure", default="checkpointing.png", help="where the figure goes (and its .json)")
+    ap.add_argument("--replot", metavar="JSON", help="draw the figure again from a run's JSON; run nothing")
     args = ap.parse_args()
+    if args.replot:
+        runs = json.loads(Path(args.replot).read_text())
+        figure({name: ([Point(**p) for p in r["points"]], r["plain_allocator_peak_bytes"])
+                for name, r in runs.items()}, Path(args.figure))
+        return 0
     torch.set_num_threads(1)
     ratios = tuple(float(r) for r in args.ratios.split(",") if r)
     budgets = tuple(float(b) for b in args.budgets.split(",") if b)

@@ -45,29 +45,44 @@ def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tenso
 GRAD_TOLERANCE = 1e-4
 
 
+# Dynamo keeps at most this many compiled versions of one function's code before it runs it eagerly
+# without a word; every model of a class compiled in one process is a version of its forward.
+RECOMPILE_LIMIT = 64
+
+
 def _settings(budget: float):
     """The settings a compiled step is made and run under, patched for its calls only: the partitioner's
-    activation memory budget, and one compile thread (no pool of compile workers on a shared machine)."""
-    return functorch_config.patch(activation_memory_budget=budget), inductor_config.patch(compile_threads=1)
+    activation memory budget, one compile thread (no pool of compile workers on a shared machine), and
+    room for every budget's version of the model's forward."""
+    return (functorch_config.patch(activation_memory_budget=budget), inductor_config.patch(compile_threads=1),
+            torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
 
 
 def compiled_runner(mode, world: Callable[[], None]):
     """`world`'s model compiled in place (nn.Module.compile: its forward and, through AOT autograd, its
-    backward; the loss and the optimizer's update stay eager) under mode.setting as the activation
-    memory budget. Its first step compiles. Dynamo's caches are emptied first: every fresh model of
-    one class is a recompilation of the same forward, and past the recompile limit dynamo would run
-    the model eagerly without a word."""
+    backward; the loss and the optimizer's update stay eager) by inductor under mode.setting as the
+    activation memory budget. Its first step compiles.
+
+    Each runner compiles through a backend of its own (inductor's compile_fx under its budget): dynamo
+    matches a cached compilation to the backend that made it, so models of one class compiled under
+    different budgets in one process never run each other's code (with one backend for all, every
+    model ran the partition of whichever compiled first)."""
+    from torch._inductor.compile_fx import compile_fx
+
     from .modes import Runner
 
-    torch._dynamo.reset()
-    world.model.compile()
     budget = mode.setting
 
-    def run() -> None:
-        a, b = _settings(budget)
-        with a, b:
-            world()
+    def backend(gm, example_inputs):
+        with functorch_config.patch(activation_memory_budget=budget):
+            return compile_fx(gm, example_inputs)
 
+    world.model.compile(backend=backend)
+
+    def run() -> None:
+        a, b, c = _settings(budget)
+        with a, b, c:
+            world()
     return Runner(mode, run, lambda: step_allocator_peak_bytes(run, world), peak_kind="allocator")
 
 
