@@ -20,6 +20,7 @@ import torch
 
 import dtrlab
 from dtrlab.capture.zoo import ZOO
+from dtrlab.compare.world import zoo_step
 from dtrlab.staged import StagingOutOfMemory
 
 from _timing import SMOKE_HELP, median_seconds  # noqa: E402  (benchmarks/ is on sys.path)
@@ -43,15 +44,7 @@ def interleaved(plain, staged, repeat: int) -> tuple[float, float, float]:
 
 
 def world(name: str, sizes: dict):
-    torch.manual_seed(0)
-    step = ZOO[name].make(**sizes)
-    opt = torch.optim.SGD(step.model.parameters(), lr=0.01, momentum=0.9)
-
-    def full():
-        step()
-        opt.step()
-    full.model, full.optimizer = step.model, opt
-    return full
+    return zoo_step(name, sizes)  # the step dtrlab.compare runs too: one definition
 
 
 # The study's windows where the live runtime falls into two regimes by timing alone (docs/live.md):

@@ -1,0 +1,171 @@
+"""The staged DTR step against PyTorch's checkpointing, at matched measured peak memory: each zoo
+model's step (SGD, momentum 0.9; one thread, CPU) plain, checkpointed per block, with selective
+checkpointing (matmuls and convolutions saved), staged at --ratios, and compiled by inductor under
+torch._functorch.config.activation_memory_budget at --budgets; every mode's steps timed in turns
+(the medians of --repeat rounds), every peak measured on one step (dtrlab.compare, docs/checkpointing.md).
+
+Prints a table per model and, per mode, the fastest staged step whose peak is no higher (the
+comparison at matched memory); writes a figure of peak memory (x) against step time (y), one curve
+per mode, to --figure, and the points as JSON beside it.
+
+Run: `python benchmarks/bench_checkpoint.py [--full] [--smoke] [--models unet,densenet] [--repeat N]
+[--ratios 1.0,0.5] [--compile-models transformer] [--budgets 0.1,0.5,0.9] [--figure PATH] [--replot JSON]`; the default
+is the zoo's `small` sizes (a minute a model without compiling), --full the zoo's defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from dtrlab.capture.zoo import ZOO
+from dtrlab.compare import Mode, Point, compare
+from dtrlab.compare.compiled import step_allocator_peak_bytes
+from dtrlab.compare.world import zoo_step
+
+from _timing import SMOKE_HELP  # noqa: E402  (benchmarks/ is on sys.path)
+
+RATIOS = (1.0, 0.8, 0.7, 0.6, 0.5, 0.4)
+BUDGETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+# Compiled by default: the Transformer only. Inductor takes 30 s to 2 min a budget here, and at the
+# zoo's small sizes ResNet-32 (width 4) corrupts the heap in inductor's compiled backward.
+COMPILE_MODELS = ("transformer",)
+# At the zoo's default sizes the LSTM takes about 15 s a step and 90 s to stage, and has no blocks.
+FULL_MODELS = ("resnet32", "transformer", "unet", "densenet")
+KIB, MIB = 1024, 1024 * 1024
+
+
+def modes(ratios, budgets, compiled: bool) -> list[Mode]:
+    out = [Mode("plain"), Mode("checkpoint"), Mode("sac")] + [Mode("staged", r) for r in ratios]
+    return out + ([Mode("compile", b) for b in budgets] if compiled else [])
+
+
+def plain_allocator_peak(name: str, sizes: dict) -> int:
+    """Plain eager's peak by the allocator's count, the yardstick of the compiled steps' peaks."""
+    world = zoo_step(name, sizes)
+    world()
+    world()
+    return step_allocator_peak_bytes(world, world)
+
+
+def table(points, plain_alloc: int | None) -> None:
+    plain = next(p for p in points if p.mode == "plain")
+    print(f"{'mode':<16}{'peak KiB':>10}{'x plain':>9}{'step ms':>10}{'x plain':>9}{'counter':>11}{'ready s':>9}")
+    for p in points:
+        if p.peak_bytes is None:
+            print(f"{p.label:<16}  {p.skipped}")
+            continue
+        base = plain_alloc if p.peak_kind == "allocator" else plain.peak_bytes
+        print(f"{p.label:<16}{p.peak_bytes / KIB:>10.1f}{p.peak_bytes / base:>9.2f}{p.step_s * 1e3:>10.2f}"
+              f"{p.step_s / plain.step_s:>9.2f}{p.peak_kind:>11}{p.prepare_s:>9.1f}")
+    if plain_alloc is not None:
+        print(f"{'plain':<16}{plain_alloc / KIB:>10.1f}{1:>9.2f}{'':>10}{'':>9}{'allocator':>11}")
+
+
+def matched(points) -> None:
+    """For each other mode, the fastest staged step whose measured peak is at most the mode's."""
+    staged = [p for p in points if p.mode == "staged" and p.peak_bytes is not None]
+    for p in points:
+        if p.mode == "staged" or p.peak_bytes is None or p.peak_kind != "storages":
+            continue
+        fits = [s for s in staged if s.peak_bytes <= p.peak_bytes]
+        if not fits:
+            print(f"  at {p.label}'s peak ({p.peak_bytes / KIB:.1f} KiB): no staged step fits")
+            continue
+        best = min(fits, key=lambda s: s.step_s)
+        verdict = "DTR wins" if best.step_s < p.step_s else "DTR loses"
+        print(f"  at {p.label}'s peak ({p.peak_bytes / KIB:.1f} KiB, {p.step_s * 1e3:.2f} ms): {best.label} "
+              f"({best.peak_bytes / KIB:.1f} KiB) {best.step_s * 1e3:.2f} ms, {best.step_s / p.step_s:.2f}x: {verdict}")
+
+
+def figure(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
+    style = {"plain": ("k", "o"), "checkpoint": ("tab:blue", "s"), "sac": ("tab:green", "^"),
+             "staged": ("tab:red", "D"), "compile": ("tab:purple", "v")}
+    for ax, name in zip(axes[0], names):
+        points, plain_alloc = results[name]
+        for mode, (colour, marker) in style.items():
+            ps = sorted((p for p in points if p.mode == mode and p.peak_bytes is not None),
+                        key=lambda p: p.peak_bytes)
+            if not ps:
+                continue
+            label = mode + (" (allocator count)" if ps[0].peak_kind == "allocator" else "")
+            ax.plot([p.peak_bytes / MIB for p in ps], [p.step_s * 1e3 for p in ps], marker=marker, color=colour,
+                    label=label, linestyle="-" if len(ps) > 1 else "none", markerfacecolor=
+                    "none" if ps[0].peak_kind == "allocator" else colour)
+            for p in ps:
+                if p.setting is not None:
+                    ax.annotate(f"{p.setting:g}", (p.peak_bytes / MIB, p.step_s * 1e3), fontsize=6,
+                                xytext=(2, 2), textcoords="offset points", color=colour)
+        if plain_alloc is not None:
+            plain = next(p for p in points if p.mode == "plain")
+            ax.plot([plain_alloc / MIB], [plain.step_s * 1e3], marker="o", color="k", markerfacecolor="none",
+                    linestyle="none", label="plain (allocator count)")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("measured peak (MiB)")
+        ax.set_ylabel("median step (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--models", default=None, help=f"default: all; with --full {','.join(FULL_MODELS)}")
+    ap.add_argument("--full", action="store_true", help="the zoo's default sizes, not its small ones")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    ap.add_argument("--ratios", default=",".join(map(str, RATIOS)), help="staged DTR's budget ratios")
+    ap.add_argument("--compile-models", default=",".join(COMPILE_MODELS),
+                    help="models also run compiled at --budgets ('' for none)")
+    ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="activation_memory_budget values")
+    ap.add_argument("--figure", default="checkpointing.png", help="where the figure goes (and its .json)")
+    ap.add_argument("--replot", metavar="JSON", help="draw the figure again from a run's JSON; run nothing")
+    args = ap.parse_args()
+    if args.replot:
+        runs = json.loads(Path(args.replot).read_text())
+        figure({name: ([Point(**p) for p in r["points"]], r["plain_allocator_peak_bytes"])
+                for name, r in runs.items()}, Path(args.figure))
+        return 0
+    torch.set_num_threads(1)
+    ratios = tuple(float(r) for r in args.ratios.split(",") if r)
+    budgets = tuple(float(b) for b in args.budgets.split(",") if b)
+    compiled = set(filter(None, args.compile_models.split(",")))
+    models = args.models.split(",") if args.models else list(FULL_MODELS if args.full else ZOO)
+    if args.smoke:  # one tiny model, plain, checkpointed, unbounded staged; nothing compiled
+        models, args.repeat, ratios, compiled = [next(iter(ZOO))], 1, RATIOS[:1], set()
+    print(f"checkpointing benchmark: SGD momentum, {torch.get_num_threads()} thread, median of {args.repeat} "
+          f"rounds (modes in turns), {'default' if args.full else 'tiny' if args.smoke else 'small'} sizes")
+    results = {}
+    t0 = time.perf_counter()
+    for name in models:
+        sizes = {} if args.full else (ZOO[name].tiny if args.smoke else ZOO[name].small)
+        print(f"\n{name}: {ZOO[name].description(**sizes)}", flush=True)
+        points = compare(name, sizes, modes(ratios, budgets, name in compiled), repeat=args.repeat)
+        plain_alloc = plain_allocator_peak(name, sizes) if name in compiled else None
+        results[name] = (points, plain_alloc)
+        table(points, plain_alloc)
+        matched(points)
+        # written after each model: a run stopped part way keeps what it measured
+        figure(results, Path(args.figure))
+        Path(args.figure).with_suffix(".json").write_text(json.dumps(
+            {name: {"points": [p.as_dict() for p in ps], "plain_allocator_peak_bytes": a}
+             for name, (ps, a) in results.items()}, indent=1))
+    print(f"\nfigure: {args.figure}; {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""torch.compile (inductor) under torch._functorch.config.activation_memory_budget, as a mode of the
+comparison, and the peak of compiled code, which no dispatch mode sees.
+
+Owns the compiled runner and the allocator count: inductor's generated code allocates its buffers
+below the dispatcher, so the storage counter (peak.py) cannot follow it; the CPU allocator's own
+reports to the profiler (every allocation and free, with its bytes) can.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+from torch._functorch import config as functorch_config
+from torch._inductor import config as inductor_config
+from torch.profiler import ProfilerActivity, profile
+
+from .world import state_of
+
+
+def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tensor]) -> int:
+    """The bytes of `state`'s distinct storages, plus the most the CPU allocator held at once, above
+    where it stood when `step` began, while `step` ran. The profiler reports no free of a block
+    allocated before it started: `state` must be all that lives from before and is freed inside
+    (a step's old gradients dropped before, as its own zero_grad would)."""
+    held = {}
+    for t in state:
+        s = t.untyped_storage()
+        held[(s.device, s.data_ptr())] = s.nbytes()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    now = most = 0
+    for _, nbytes in changes:
+        now += nbytes
+        most = max(most, now)
+    return sum(held.values()) + most
+
+
+# How close a compiled step's gradients are to eager's: inductor fuses and reorders floating-point
+# sums, so bits differ; the bound is on the largest difference over the model, relative to its largest
+# gradient (a convolution's bias before a batch norm has a gradient of rounding noise only, so a
+# tensor-by-tensor relative bound would mean nothing).
+GRAD_TOLERANCE = 1e-4
+
+
+# Dynamo keeps at most this many compiled versions of one function's code before it runs it eagerly
+# without a word; every model of a class compiled in one process is a version of its forward.
+RECOMPILE_LIMIT = 64
+
+
+def _settings(budget: float):
+    """The settings a compiled step is made and run under, patched for its calls only: the partitioner's
+    activation memory budget, one compile thread (no pool of compile workers on a shared machine), and
+    room for every budget's version of the model's forward."""
+    return (functorch_config.patch(activation_memory_budget=budget), inductor_config.patch(compile_threads=1),
+            torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
+
+
+def compiled_runner(mode, world: Callable[[], None]):
+    """`world`'s model compiled in place (nn.Module.compile: its forward and, through AOT autograd, its
+    backward; the loss and the optimizer's update stay eager) by inductor under mode.setting as the
+    activation memory budget. Its first step compiles.
+
+    Each runner compiles through a backend of its own (inductor's compile_fx under its budget): dynamo
+    matches a cached compilation to the backend that made it, so models of one class compiled under
+    different budgets in one process never run each other's code (with one backend for all, every
+    model ran the partition of whichever compiled first)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from .modes import Runner
+
+    budget = mode.setting
+
+    def backend(gm, example_inputs):
+        with functorch_config.patch(activation_memory_budget=budget):
+            return compile_fx(gm, example_inputs)
+
+    world.model.compile(backend=backend)
+
+    def run() -> None:
+        a, b, c = _settings(budget)
+        with a, b, c:
+            world()
+    return Runner(mode, run, lambda: step_allocator_peak_bytes(run, world), peak_kind="allocator")
+
+
+def step_allocator_peak_bytes(run: Callable[[], object], world: Callable[[], None]) -> int:
+    """allocator_peak_bytes of one step `run` of `world` (compiled or not: plain eager counted this way
+    is the compiled steps' yardstick). The model's gradients are dropped first, as the step's own
+    zero_grad does first: the profiler could not see them freed inside."""
+    for p in world.model.parameters():
+        p.grad = None
+    return allocator_peak_bytes(run, state_of(world))
