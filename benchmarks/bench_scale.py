@@ -97,9 +97,13 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="folder for the captured traces (reused when there)")
     ap.add_argument("--no-capture", action="store_true", help="synthetic traces only")
     ap.add_argument("--no-shortcuts", action="store_true", help="leave out the shortcuts' comparison")
+    ap.add_argument("--shortcuts-only", action="store_true", help="the shortcuts' comparison alone")
     ap.add_argument("--only", action="append", choices=("lstm", "transformer", "synthetic"),
                     help="these families only (repeatable)")
     args = ap.parse_args()
+    if args.shortcuts_only:
+        _shortcuts(args.smoke)
+        return 0
     families: dict[str, tuple] = {"synthetic": BIG["synthetic"] if args.big else SYNTH_OPS}
     if args.smoke:
         families = {"synthetic": (200, 400)}
