@@ -17,7 +17,8 @@ from .coercion import plain_coercions
 from .errors import DtrlabError
 from .defaults import DEFAULT_POLICY
 from .defaults import DEFAULT_RUNTIME
-from .options import POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SOURCE_ARG, TRACES_OPT, EngineName
+from .options import (BYTES_OPT, ENGINE_OPT, JSON_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT,
+                      RUNTIME_HELP, SEED_OPT, SOURCE_ARG, TRACES_OPT, EngineName)
 from .formats import bytes_text, count_text, ns_text, overhead_text
 from .output import console, print_json
 from .trace import resolve_source
@@ -204,18 +205,15 @@ def simulate(
     traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                         help="The trace whose name starts with NAME (needed when SOURCE holds several)."),
-    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
-                                          help="Budget as a fraction of the unconstrained peak memory."),
-    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B",
-                                               help="Budget in bytes."),
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
     policy: Optional[str] = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime", help=RUNTIME_HELP),
-    overhead_limit: Optional[float] = typer.Option(None, "--overhead-limit", metavar="X",
-                                                   help="Stop with remat_limit once the overhead must exceed X."),
-    engine: EngineName = typer.Option(EngineName.auto, "--engine", help="Simulator engine."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    overhead_limit: Optional[float] = OVERHEAD_LIMIT_OPT,
+    engine: EngineName = ENGINE_OPT,
+    seed: int = SEED_OPT,
+    as_json: bool = JSON_OPT,
     strict: bool = typer.Option(False, "--strict", help="A RELEASE of an unknown name is an error."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
     schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="FILE",
@@ -335,7 +333,7 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
 
 @traces_app.command("fetch")
 def traces_fetch(
-    name: str = typer.Option(DEFAULT_NAME, "--name", "-n", metavar="NAME",
+    name: str = typer.Option(DEFAULT_NAME, "--name", metavar="NAME",
                              help="Store the set under NAME (then: --traces NAME)."),
     url: str = typer.Option(URL, "--url", metavar="URL", help="Where to download logs.zip from (a mirror)."),
     sha256: str = typer.Option(SHA256, "--sha256", metavar="HEX", help="The sha256 the file must have."),

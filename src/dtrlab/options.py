@@ -33,5 +33,36 @@ TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds se
 TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")
 # A budget: exactly one of the two (sim.simulate.check_budget_args says which mistake was made).
-RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help="Budget as a ratio of the peak.")
+# -r is the budget as a ratio of the unbounded peak everywhere: one (--ratio) for a command about
+# one run, a SPEC (--ratios, which --ratio also names) for a command over many.
+RATIO_HELP = "Budget as a ratio of the trace's unbounded peak (ratio 1.0 evicts nothing)."
+RATIO_OPT = typer.Option(None, "--ratio", "-r", metavar="R", help=RATIO_HELP)
 BYTES_OPT = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes.")
+RATIOS_HELP = ("Budget ratios of the unbounded peak: a list 0.1,0.2 and/or inclusive ranges START:STOP:STEP "
+               "(exact decimals: 0.090:0.120:0.001).")
+
+
+def ratios_opt(default=None, extra_help: str = ""):
+    """--ratios (also --ratio, -r): the SPEC of a command over many budgets."""
+    return typer.Option(default, "--ratios", "--ratio", "-r", metavar="SPEC", help=RATIOS_HELP + extra_help)
+
+
+# How many times, and on how many processes, a command runs.
+WORKERS_OPT = typer.Option(None, "--workers", "-j", metavar="N", help="Worker processes (default: one a core).")
+
+
+def steps_opt(default: int, help: str, *aliases: str):
+    """--steps (-k): how many steps of a model a command runs."""
+    return typer.Option(default, "--steps", *aliases, "-k", metavar="K", help=help)
+
+
+BATCH_OPT = typer.Option(None, "--batch", "-n", help="Batch size (default: the model's).")
+
+# What a simulation is given beside its budget and policy.
+SEED_HELP = "Seed of the random policies and of a sampled search (+sample)."
+SEED_OPT = typer.Option(0, "--seed", help=SEED_HELP)
+ENGINE_HELP = ("Simulator engine: auto (the compiled one wherever it runs the policy), c or python; "
+               "the results are the same.")
+ENGINE_OPT = typer.Option(EngineName.auto, "--engine", help=ENGINE_HELP)
+OVERHEAD_LIMIT_HELP = "Stop a run with remat_limit (infeasible) once its overhead must exceed X."
+OVERHEAD_LIMIT_OPT = typer.Option(None, "--overhead-limit", metavar="X", help=OVERHEAD_LIMIT_HELP)

@@ -152,7 +152,8 @@ def test_parse_budget_ratio_or_bytes():
     p = chain_program(4)
     assert parse_budget(p, "0.8") == Budget(0.8, 400)
     assert parse_budget(p, "450") == Budget(None, 450)
-    for bad in ("1.5", "-3", "x"):
+    assert parse_budget(p, "1.5") == Budget(1.5, 750)  # a decimal point: a ratio, above 1 too
+    for bad in ("-3", "x", "0"):
         with pytest.raises(UsageError):
             parse_budget(p, bad)
 

@@ -36,7 +36,7 @@ def by_hand(program, text: str) -> dict:
     runs = {}
     for ratio in sorted(set(grid) | set(fine)):
         runs.setdefault(budget_from_ratio(program, ratio), (ratio, simulate(program, budget_from_ratio(program, ratio),
-                                                                             text, overhead_limit=PLAN.overhead_cap)))
+                                                                             text, overhead_limit=PLAN.overhead_limit)))
     ordered = [runs[b] for b in sorted(runs)]
     ok_grid = [res.overhead for ratio, res in ordered if ratio in grid and res.outcome == "ok"]
     outcomes = "".join("o" if res.outcome == "ok" else "x" for _, res in ordered)
@@ -89,7 +89,7 @@ TINY = str(dtrlab.__file__).removesuffix("__init__.py") + "data/examples/tiny.js
 def test_reproduce_takes_a_formula_and_a_policy_file_and_refuses_a_bad_one_in_one_line(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(f'[policies.cheap]\nscore = "{CHEAP}"\n')
-    res = runner.invoke(app, ["reproduce", TINY, "--quick", "-w", "1", "--out", str(tmp_path / "r"),
+    res = runner.invoke(app, ["reproduce", TINY, "--quick", "-j", "1", "--out", str(tmp_path / "r"),
                               "-p", STALE2, "--policies", str(path)])
     assert res.exit_code == 0, res.output
     summary = (tmp_path / "r" / "summary.md").read_text()

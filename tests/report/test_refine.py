@@ -15,7 +15,7 @@ import dtrlab
 from dtrlab.analysis.regimes import switches
 from dtrlab.report.claims import REPRODUCED
 from dtrlab.report.pipeline import STORE_NAME, reproduce
-from dtrlab.report.plan import (CLAIMS, COARSE_RATIOS, FINE_STEP, FULL, OVERHEAD_CAP, REFINE_POINTS, RUNTIME, SEED,
+from dtrlab.report.plan import (CLAIMS, COARSE_RATIOS, FINE_STEP, FULL, REPORT_OVERHEAD_LIMIT, REFINE_POINTS, RUNTIME, SEED,
                                 SUBJECT_POLICY, SWITCH_FACTOR, fine_neighbours)
 from dtrlab.report.study import STUDY_TRACES
 from dtrlab.sweep.grid import build_specs, parse_ratios, ratio_literal
@@ -41,7 +41,7 @@ def _by_hand(path: Path) -> dict[str, tuple]:
     """The loop as it was written before it became one function: round after round until nothing is new."""
     programs = load(str(TINY), cache=False)
     specs = build_specs(str(TINY), programs, ["dtr"], [RUNTIME], parse_ratios(COARSE_RATIOS),
-                        overhead_limit=OVERHEAD_CAP, seed=SEED)
+                        overhead_limit=REPORT_OVERHEAD_LIMIT, seed=SEED)
     with Store(path) as store:
         run_sweep(specs, store, workers=1, progress=False)
         for _ in range(ROUNDS):
@@ -75,7 +75,7 @@ def test_sweep_refine_and_reproduce_share_one_loop(tmp_path):
     assert len(expected) > coarse, "tiny's dtr curve must call for refinement, or this test proves nothing"
 
     proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "sweep", str(TINY), "--ratios", COARSE_RATIOS,
-                           "--policy", "dtr", "--overhead-limit", str(OVERHEAD_CAP), "--refine", str(REFINE_POINTS),
+                           "--policy", "dtr", "--overhead-limit", str(REPORT_OVERHEAD_LIMIT), "--refine", str(REFINE_POINTS),
                            "--refine-factor", str(SWITCH_FACTOR), "--refine-rounds", str(ROUNDS),
                            "--store", str(tmp_path / "cli.duckdb"), "--workers", "1", "--no-progress"],
                           capture_output=True, text=True, timeout=300)

@@ -35,12 +35,12 @@ class AblationRow:
 
 def ablate(program: Program, ratios: Sequence[float], runtime: str = DEFAULT_RUNTIME,
            factor: float = DEFAULT_FACTOR, policies: Sequence[str] | None = None,
-           advance: Callable[[], None] | None = None) -> list[AblationRow]:
+           advance: Callable[[], None] | None = None, seed: int = 0, engine: str = "auto") -> list[AblationRow]:
     """Scan each ablation policy (or `policies`) over `ratios` and tabulate its switches and inversions."""
     names = list(policies) if policies is not None else [p.name for p in ablation_policies()]
     rows = []
     for name in names:
-        runs = scan(program, ratios, name, runtime, advance=advance)
+        runs = scan(program, ratios, name, runtime, advance=advance, seed=seed, engine=engine)
         sw, inv = switches(runs, factor), inversions(runs)
         ok = [r for r in runs if r.feasible]
         rows.append(AblationRow(name, len(runs), len(ok), min((r.ratio for r in ok), default=None), len(sw),

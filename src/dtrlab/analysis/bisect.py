@@ -60,7 +60,7 @@ class Bisection:
 def bisect_budgets(program: Program, lo_bytes: int, hi_bytes: int, policy: str = DEFAULT_POLICY,
                    runtime: str = DEFAULT_RUNTIME, *, mode: str | None = None,
                    max_runs: int = DEFAULT_MAX_RUNS, lo_ratio: float | None = None,
-                   hi_ratio: float | None = None) -> Bisection:
+                   hi_ratio: float | None = None, seed: int = 0, engine: str = "auto") -> Bisection:
     """Refine every interval whose ends differ in class until its ends are one byte apart.
 
     mode None: outcome when the two ends' outcomes differ, else regime (both must be feasible:
@@ -72,7 +72,7 @@ def bisect_budgets(program: Program, lo_bytes: int, hi_bytes: int, policy: str =
 
     def run(b: int, ratio: float | None = None) -> Run:
         if b not in seen:
-            seen[b] = run_of(simulate(program, b, policy, runtime), ratio)
+            seen[b] = run_of(simulate(program, b, policy, runtime, seed=seed, engine=engine), ratio)
         return seen[b]
 
     a, z = run(lo_bytes, lo_ratio), run(hi_bytes, hi_ratio)

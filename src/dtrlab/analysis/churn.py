@@ -99,17 +99,17 @@ def storage_compute_ns(program: Program) -> np.ndarray:
 
 
 def storage_counts(program: Program, budget_bytes: int, policy: str, runtime: str,
-                   overhead_limit: float | None = None) -> tuple[dict, dict]:
+                   overhead_limit: float | None = None, seed: int = 0, engine: str = "auto") -> tuple[dict, dict]:
     """(counters, per-storage arrays policy_evictions / eager_evictions / rematerializations);
     overhead_limit stops the run as simulate's does (a stored remat_limit run is replayed alike)."""
     pol, rt = get_policy(policy), get_runtime(runtime)
-    if cengine.supports(pol, rt, program):
+    if engine != "python" and cengine.supports(pol, rt, program):
         limit = math.inf if overhead_limit is None else baseline(program).compute_ns * (overhead_limit - 1)
-        out = cengine.run_compiled(program, budget_bytes, pol, rt, limit, counts=True)
+        out = cengine.run_compiled(program, budget_bytes, pol, rt, limit, seed, counts=True)
         return out, out.pop("storage_counts")
     from ..sim.instruments import Instruments
 
-    res = simulate(program, budget_bytes, pol, rt, overhead_limit=overhead_limit,
+    res = simulate(program, budget_bytes, pol, rt, overhead_limit=overhead_limit, seed=seed, engine=engine,
                    instruments=Instruments(oom_snapshot=False))
     o = res.observations
     return ({"outcome": res.outcome, "clock_ns": res.clock_ns, "remat_ns": res.remat_ns},
@@ -135,11 +135,11 @@ def _side(budget: Budget, counters: dict, arrays: dict, compute_ns: int) -> RunC
 
 
 def compare_runs(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
-                 runtime: str = DEFAULT_RUNTIME, top: int = 10) -> Churn:
+                 runtime: str = DEFAULT_RUNTIME, top: int = 10, seed: int = 0, engine: str = "auto") -> Churn:
     """Compare the runs under budgets a and b storage by storage."""
     compute = baseline(program).compute_ns
-    ca, xa = storage_counts(program, a.budget_bytes, policy, runtime)
-    cb, xb = storage_counts(program, b.budget_bytes, policy, runtime)
+    ca, xa = storage_counts(program, a.budget_bytes, policy, runtime, seed=seed, engine=engine)
+    cb, xb = storage_counts(program, b.budget_bytes, policy, runtime, seed=seed, engine=engine)
     ra, rb = _side(a, ca, xa, compute), _side(b, cb, xb, compute)
     slower = "b" if rb.remat_ns >= ra.remat_ns else "a"
     slow = xb if slower == "b" else xa

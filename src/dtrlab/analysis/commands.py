@@ -16,9 +16,9 @@ from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATI
 from ..output import console as _console
 from ..output import NONE_FOUND, print_findings, print_json
 from ..defaults import DEFAULT_POLICY
-from ..defaults import DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
-from ..sweep.commands import (EXECUTOR_OPT, OVERHEAD_LIMIT_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT,
-                              WORKERS_OPT, ExecutorName)
+from ..defaults import BUDGET_NOTATION, DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
+from ..options import ENGINE_OPT, OVERHEAD_LIMIT_OPT, SEED_OPT, WORKERS_OPT, EngineName, ratios_opt
+from ..sweep.commands import EXECUTOR_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT, ExecutorName
 from ..trace import resolve_source
 
 if TYPE_CHECKING:
@@ -69,8 +69,7 @@ def scan_cmd(
     source: Optional[str] = SOURCE_ARG,
     traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
-    ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC",
-                               help='Budget ratios: "START:STOP:STEP" (inclusive) or a comma list.'),
+    ratios: str = ratios_opt(...),
     policy: Optional[str] = POLICY_OPT,
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
@@ -81,6 +80,8 @@ def scan_cmd(
     workers: Optional[int] = WORKERS_OPT,
     overhead_limit: Optional[float] = OVERHEAD_LIMIT_OPT,
     timeout: Optional[float] = TIMEOUT_OPT,
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     mechanisms: bool = typer.Option(False, "--mechanisms",
                                     help="Also measure each switch's and inversion's mechanism (churn, frontier, "
                                          "both, neither) in one table; replays each OOM on the Python engine."),
@@ -98,7 +99,8 @@ def scan_cmd(
     grid = _ratios(ratios)
     program = _load(source, trace, policy, runtime)
     runs = scan_stored(source, program, grid, policy, runtime, store=store, workers=workers,
-                       timeout_s=timeout, overhead_limit=overhead_limit, progress=not as_json)
+                       timeout_s=timeout, overhead_limit=overhead_limit, progress=not as_json, seed=seed,
+                       engine=engine.value)
     found = switches(runs, factor)
     inv = inversions(runs)
     oinv = overhead_inversions(runs)
@@ -168,6 +170,8 @@ def explain_oom_cmd(
     policy: Optional[str] = POLICY_OPT,
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Why a run runs out of memory: the pending stack and what holds each resident byte."""
@@ -179,7 +183,7 @@ def explain_oom_cmd(
     check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
     budget = budget_of(program, ratio, budget_bytes)
-    report = explain_oom(program, budget, policy, runtime)
+    report = explain_oom(program, budget, policy, runtime, engine=engine.value, seed=seed)
     if as_json:
         d = report.to_dict()
         d["ratio"] = ratio
@@ -199,6 +203,7 @@ def estar_drift_cmd(
     budget_bytes: Optional[int] = BYTES_OPT,
     policy: str = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="A policy that reads e* (dtr, msps, ab-e-*)."),
     runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime", help="An optimized runtime."),
+    seed: int = SEED_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """How often the reference's incremental e* differs from a fresh traversal in one run."""
@@ -208,7 +213,7 @@ def estar_drift_cmd(
 
     check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
-    drift = neighborhood_drift(program, budget_of(program, ratio, budget_bytes), policy, runtime)
+    drift = neighborhood_drift(program, budget_of(program, ratio, budget_bytes), policy, runtime, seed=seed)
     if as_json:
         print_json({"trace": program.name, "policy": policy, "runtime": runtime, "ratio": ratio, **drift.to_dict()})
         return
@@ -224,7 +229,7 @@ def estar_drift_cmd(
 
 # --- two budgets: compare, diverge, bisect -------------------------------------------------------
 
-BETWEEN_HELP = "Two budgets: a ratio below 1 (0.104) or a whole number of bytes (1046362631)."
+BETWEEN_HELP = "Two budgets: " + BUDGET_NOTATION + "."
 
 
 def _two(source, trace, policy, runtime, between):
@@ -244,6 +249,8 @@ def compare_cmd(
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     top: int = typer.Option(10, "--top", metavar="N", help="How many re-evicted storages to list."),
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     plot: Optional[str] = typer.Option(None, "--plot", metavar="OUT.png",
                                        help="Draw both runs over the simulated clock (memory, recompute, evictions) "
                                             "with their first divergent eviction marked."),
@@ -256,7 +263,7 @@ def compare_cmd(
     from .churn import compare_runs
 
     program, a, b = _two(source, trace, policy, runtime, between)
-    churn = compare_runs(program, a, b, policy, runtime, top)
+    churn = compare_runs(program, a, b, policy, runtime, top, seed=seed, engine=engine.value)
     if plot:
         from ..timeline.switchplot import draw_switch
 
@@ -298,6 +305,8 @@ def diverge_cmd(
     policy: Optional[str] = POLICY_OPT,
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """The first policy eviction where two budgets' runs differ, and both candidates' score terms."""
@@ -307,7 +316,7 @@ def diverge_cmd(
     from .divergence import diverge
 
     program, a, b = _two(source, trace, policy, runtime, between)
-    d = diverge(program, a, b, policy, runtime)
+    d = diverge(program, a, b, policy, runtime, engine=engine.value, seed=seed)
     if as_json:
         print_json(d.to_dict())
         return
@@ -341,6 +350,8 @@ def bisect_cmd(
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = RUNTIME_OPT,
     max_runs: int = typer.Option(2000, "--max-runs", metavar="N", help="Stop refining after N simulations."),
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Bisect on bytes between two budgets whose outcome or regime differ, to boundaries 1 byte apart."""
@@ -354,6 +365,7 @@ def bisect_cmd(
         raise UsageError("the two budgets are the same number of bytes")
     try:
         found = bisect_budgets(program, a.budget_bytes, b.budget_bytes, policy, runtime, max_runs=max_runs,
+                               seed=seed, engine=engine.value,
                                lo_ratio=a.ratio, hi_ratio=b.ratio)
     except ValueError as exc:
         raise UsageError(f"{exc} (the two runs have the same outcome, and it is not ok)") from None
@@ -380,12 +392,14 @@ def ablate_cmd(
     source: Optional[str] = SOURCE_ARG,
     traces: Optional[str] = TRACES_OPT,
     trace: Optional[str] = TRACE_OPT,
-    ratios: str = typer.Option(..., "--ratios", "-r", metavar="SPEC", help='"START:STOP:STEP" or a comma list.'),
+    ratios: str = ratios_opt(...),
     runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F", help="Switch factor."),
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
                                                help=POLICY_HELP + " Repeatable: rows after the ablations."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
     """Every ablation policy (ab-*) over the ratios, then any --policy: which show switches or inversions."""
@@ -403,7 +417,8 @@ def ablate_cmd(
     program = _load(source, trace, DEFAULT_POLICY, runtime)
     with _progress() as bar:
         task = bar.add_task(f"{program.name} ablations", total=len(names) * len(grid))
-        rows = ablate(program, grid, runtime, factor, names, advance=lambda: bar.advance(task))
+        rows = ablate(program, grid, runtime, factor, names, advance=lambda: bar.advance(task), seed=seed,
+                      engine=engine.value)
     if as_json:
         print_json([r.to_dict() for r in rows])
         return
@@ -431,8 +446,7 @@ def rank_cmd(
                                                help=POLICY_HELP + " Repeatable; default: the DTR paper's seven and "
                                                                      "dtrlab's remedies."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
-    ratios: str = typer.Option(None, "--ratios", "-r", metavar="SPEC",
-                               help="The grid the mean overhead is taken over (default: the paper's 0.1:1.0:0.1)."),
+    ratios: str = ratios_opt(None, " The grid the mean overhead is taken over (default: the paper's 0.1:1.0:0.1)."),
     fine: Optional[List[str]] = typer.Option(None, "--fine", metavar="[NAME=]SPEC",
                                              help="Fine-scan ratios added to the stability figures, e.g. "
                                                   "0.090:0.120:0.001, or lstm=0.26:0.34:0.001 for the traces whose "
@@ -447,6 +461,8 @@ def rank_cmd(
     overhead_limit: Optional[float] = OVERHEAD_LIMIT_OPT,
     timeout: Optional[float] = TIMEOUT_OPT,
     plot: Optional[str] = typer.Option(None, "--plot", metavar="OUT.png", help="Write the overhead curves here."),
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """A leaderboard: each policy's mean overhead over a grid, smallest feasible ratio, and stability."""
@@ -468,7 +484,8 @@ def rank_cmd(
     programs = load(source, list(trace) if trace else None)
     frame, shown, summary = rank_runs(source, programs, names, grid, fine_ratios, store=store, executor=executor.value,
                                       workers=workers, scheduler=scheduler, runtime=runtime,
-                                      overhead_limit=overhead_limit, timeout_s=timeout, progress=not as_json)
+                                      overhead_limit=overhead_limit, timeout_s=timeout, progress=not as_json,
+                                      seed=seed, engine=engine.value)
     if summary.interrupted:
         from ..sweep.run import interrupted_exit_status, interrupted_message
 

@@ -93,17 +93,17 @@ class _AtChoice:
         raise AttributeError(name)
 
 
-def _policy_log(program: Program, budget_bytes: int, pol, rt, engine: str) -> np.ndarray:
+def _policy_log(program: Program, budget_bytes: int, pol, rt, engine: str, seed: int) -> np.ndarray:
     """The run's policy evictions as rows [clock_ns, storage]."""
-    res = simulate(program, budget_bytes, pol, rt, engine=engine,
+    res = simulate(program, budget_bytes, pol, rt, engine=engine, seed=seed,
                    instruments=Instruments(per_storage=False, events=True, oom_snapshot=False))
     log = res.observations.events.rows(kind=EVICT)
     return np.stack([log.clock_ns, log.storage], axis=1)
 
 
-def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names) -> Choice:
+def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names, seed: int) -> Choice:
     obs = _AtChoice(k, candidates, names)
-    engine = pyengine.Engine(program, budget.budget_bytes, pol, rt, math.inf, 0, obs)
+    engine = pyengine.Engine(program, budget.budget_bytes, pol, rt, math.inf, seed, obs)
     try:
         engine.run()
     except _Stop:
@@ -115,14 +115,14 @@ def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names
 
 
 def diverge(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
-            runtime: str = DEFAULT_RUNTIME, engine: str = "auto") -> Divergence:
+            runtime: str = DEFAULT_RUNTIME, engine: str = "auto", seed: int = 0) -> Divergence:
     """The first policy eviction where runs a and b differ, and the score terms there; `engine`
     runs the two logs (simulate's choice), the terms always come from the Python engine."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
     if pol.score is None:
         raise UsageError(f"policy {pol.name} chooses at random: there are no score terms to compare")
-    la, lb = (_policy_log(program, x.budget_bytes, pol, rt, engine) for x in (a, b))
+    la, lb = (_policy_log(program, x.budget_bytes, pol, rt, engine, seed) for x in (a, b))
     n = min(len(la), len(lb))
     differ = np.flatnonzero(la[:n, 1] != lb[:n, 1])
     if len(differ):
@@ -134,5 +134,5 @@ def diverge(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY
     cands = sorted({int(log[k, 1]) for log in (la, lb) if k < len(log)})
     roots = program.storage_root
     names = {s: program.tensor_names[int(roots[s])] for s in cands}
-    return Divergence(k, len(la), len(lb), _look(program, a, pol, rt, k, cands, names),
-                      _look(program, b, pol, rt, k, cands, names))
+    return Divergence(k, len(la), len(lb), _look(program, a, pol, rt, k, cands, names, seed),
+                      _look(program, b, pol, rt, k, cands, names, seed))

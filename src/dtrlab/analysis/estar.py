@@ -7,6 +7,8 @@ also traverses afresh, counting the evaluations whose e* costs differ.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass
 
 from ..sim.policies import DEFAULT_POLICY, NEIGHBORHOOD, get_policy
@@ -80,15 +82,16 @@ class _Probe(Engine):
 
 
 def neighborhood_drift(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY,
-                        runtime: str = DEFAULT_RUNTIME) -> Drift:
-    """Replay one run (the choices are the reference's) and count e* disagreements."""
+                        runtime: str = DEFAULT_RUNTIME, seed: int = 0) -> Drift:
+    """Replay one run (the choices are the reference's) and count e* disagreements. It reads the
+    Python engine's regions at every score, so it runs there whatever the engine asked for."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
     if NEIGHBORHOOD not in pol.needs or not rt.optimized:
         from ..errors import UsageError
 
         raise UsageError(f"policy {pol.name} on {rt.name} keeps no incremental e* to compare")
-    probe = _Probe(program, budget_bytes, pol, rt)
+    probe = _Probe(program, budget_bytes, pol, rt, math.inf, seed)
     probe.evaluations = probe.differing = probe.lower = probe.higher = 0
     probe.first = None
     outcome = probe.run()

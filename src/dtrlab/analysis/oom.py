@@ -102,6 +102,15 @@ class OomReport:
                 "holders": [dict(h.__dict__, why=h.why) for h in self.holders]}
 
 
+def frontier_text(report: OomReport) -> str:
+    """An OOM's frontier in one line (the report's tables and claims say it so): the pending
+    frames, and the bytes held against the budget."""
+    return (f"{len(report.frames)} frames ({sum(f.remat for f in report.frames)} remats), "
+            f"locked {bytes_text(report.locked_bytes, scaled=False)}, "
+            f"pinned {bytes_text(report.pinned_bytes, scaled=False)}, "
+            f"need {bytes_text(report.need_bytes, scaled=False)}, budget {bytes_text(report.budget_bytes, scaled=False)}")
+
+
 def report_of(program: Program, snap: OomSnapshot, policy: str, runtime: str) -> OomReport:
     """Put names on an OOM snapshot."""
     names, tensor_names = program.op_names, program.tensor_names
@@ -115,9 +124,9 @@ def report_of(program: Program, snap: OomSnapshot, policy: str, runtime: str) ->
 
 
 def explain_oom(program: Program, budget_bytes: int, policy: str = DEFAULT_POLICY,
-                runtime: str = DEFAULT_RUNTIME, engine: str = "auto") -> OomReport:
+                runtime: str = DEFAULT_RUNTIME, engine: str = "auto", seed: int = 0) -> OomReport:
     """Run once with the OOM instrument (on `engine`, simulate's choice) and explain where it stopped."""
-    res = simulate(program, budget_bytes, policy, runtime, engine=engine,
+    res = simulate(program, budget_bytes, policy, runtime, engine=engine, seed=seed,
                    instruments=Instruments(per_storage=False, oom_snapshot=True))
     if res.outcome != OOM:
         raise UsageError(f"{program.name} does not run out of memory under {budget_bytes} bytes "

@@ -130,7 +130,7 @@ def _fine_for(name: str, fine: Mapping[str, Sequence[float]]) -> set[float]:
 def rank_runs(source: str, programs: Sequence, policies: Sequence[str], grid: Sequence[float],
               fine: Mapping[str, Sequence[float]] | Sequence[float] = (), *, store, executor="local", workers: int | None = None,
               scheduler: str | None = None, runtime: str | None = None, overhead_limit: float | None = None,
-              timeout_s: float | None = None, progress: bool = True):
+              timeout_s: float | None = None, progress: bool = True, seed: int = 0, engine: str = "auto"):
     """Run the grid and fine ratios of every (trace, policy) through the results store (what it
     has is read back, so a second call simulates nothing); (store rows, name shown per policy, summary).
     `fine`: ratios for every trace, or trace-name prefix -> ratios (as `fine_scans` gives them)."""
@@ -142,7 +142,8 @@ def rank_runs(source: str, programs: Sequence, policies: Sequence[str], grid: Se
     fine = fine if isinstance(fine, Mapping) else {"": tuple(fine)}
     specs = [s for program in programs
              for s in build_specs(str(source), [program], policies, [runtime or DEFAULT_RUNTIME],
-                                  sorted(set(grid) | _fine_for(program.name, fine)), overhead_limit=overhead_limit)]
+                                  sorted(set(grid) | _fine_for(program.name, fine)), overhead_limit=overhead_limit,
+                                  seed=seed, engine=engine)]
     names = shown_names(policies)
     with Store(store) as opened:
         summary = run_sweep(specs, opened, executor, workers, scheduler, timeout_s=timeout_s,

@@ -13,6 +13,7 @@ import typer
 
 from ..errors import UsageError
 from ..formats import bytes_text, ns_text
+from ..options import BATCH_OPT, steps_opt  # noqa: F401 - BATCH_OPT re-exported to the step commands
 from ..output import print_json
 
 
@@ -21,7 +22,6 @@ MODEL_ARG = typer.Argument(None, help="A zoo model: resnet32, lstm, transformer,
 SCRIPT_OPT = typer.Option(None, "--script", metavar="FILE.py:FUNCTION",
                           help="A user's step factory: FUNCTION(batch=..., device=...) "
                                "(the arguments it accepts) returns a zero-argument step.")
-BATCH_OPT = typer.Option(None, "--batch", "-n", help="Batch size (default: the model's).")
 DEVICE_OPT = typer.Option("cpu", "--device", help="cpu or cuda.")
 SIZE_OPT = typer.Option(None, "--size", metavar="KEY=VALUE",
                         help="A model size argument, e.g. hidden=256 (repeatable).")
@@ -81,7 +81,7 @@ def capture(
     script: Optional[str] = SCRIPT_OPT,
     batch: Optional[int] = BATCH_OPT,
     device: str = DEVICE_OPT,
-    repeat: int = typer.Option(1, "--repeat", "-k", help="Record K times after a warm-up; times are medians."),
+    repeat: int = steps_opt(1, "Record K steps after a warm-up; times are medians.", "--repeat"),
     size: Optional[List[str]] = SIZE_OPT,
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Trace file (.log, .jsonl, or .gz to compress); "

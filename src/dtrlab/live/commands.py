@@ -14,7 +14,8 @@ from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZ
 from ..defaults import DEFAULT_POLICY, LIVE_CLOCKS
 from ..errors import UsageError
 from ..formats import bytes_text, count_text, ns_text, overhead_text
-from ..options import POLICIES_FILE_OPT, POLICY_HELP, EngineName
+from ..options import (BYTES_OPT, ENGINE_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, EngineName,
+                       steps_opt)
 from ..output import clean, console, print_json
 
 
@@ -24,10 +25,8 @@ def run(
     script: Optional[str] = SCRIPT_OPT,
     batch: Optional[int] = BATCH_OPT,
     size: Optional[List[str]] = SIZE_OPT,
-    ratio: Optional[float] = typer.Option(None, "--ratio", "-r", metavar="R",
-                                          help="Budget as a fraction of the plan's peak (as dtrlab simulate "
-                                               "takes a ratio of the trace's)."),
-    budget_bytes: Optional[int] = typer.Option(None, "--budget-bytes", "-b", metavar="B", help="Budget in bytes."),
+    ratio: Optional[float] = RATIO_OPT,
+    budget_bytes: Optional[int] = BYTES_OPT,
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
                                          help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
@@ -38,7 +37,7 @@ def run(
                                        help="A trace of this same step to follow (a file, folder or zip); "
                                             "default: capture the step first."),
     trace: Optional[str] = typer.Option(None, "--trace", "-t", help="The trace in --plan's SOURCE."),
-    steps: int = typer.Option(1, "--steps", "-k", help="Run K steps, a fresh session each, and report each."),
+    steps: int = steps_opt(1, "Run K steps, a fresh session each, and report each."),
     device: str = DEVICE_OPT,
     compare_sim: bool = typer.Option(False, "--compare-sim",
                                      help="Also simulate the plan, side by side, and say whether the "
@@ -48,9 +47,7 @@ def run(
                                           help="torch's CPU threads for the plain and the live steps alike "
                                                "(default: torch's own). The measured clock and the wall times "
                                                "depend on it."),
-    engine: EngineName = typer.Option(EngineName.auto, "--engine",
-                                      help="The engine that decides: auto (the compiled one wherever it runs "
-                                           "the policy), c or python (the decisions are the same)."),
+    engine: EngineName = ENGINE_OPT,
     check: bool = typer.Option(False, "--check",
                                help="After each live step, run a plain step from the same state and compare "
                                     "gradients, parameters, buffers and optimizer state bitwise."),

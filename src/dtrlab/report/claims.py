@@ -11,7 +11,7 @@ from ..formats import overhead_text
 from .findings import inversion_text
 from .plan import SUBJECT_POLICY
 from .study import STUDY_TRACES
-from ..formats import bytes_text
+from ..analysis.oom import frontier_text
 
 REPRODUCED, DIFFERS, NOT_APPLICABLE = "reproduced", "differs", "not applicable to these traces"
 SUPPORTED = "supported"  # a hypothesis the runs bear out
@@ -126,10 +126,7 @@ def _resnet(repro) -> list[Claim]:
         deepest = max(cases, key=lambda c: len(c.report.frames))
         r = deepest.report
         measured_b2 = (f"{len(held)} of {len(cases)} OOM budgets: evictable pool empty and pinned + locked + "
-                       f"next compute exceed the budget; at {deepest.ratio:g}: {len(r.frames)} frames deep "
-                       f"({sum(f.remat for f in r.frames)} rematerializations), locked {bytes_text(r.locked_bytes, scaled=False)} "
-                       f"+ pinned {bytes_text(r.pinned_bytes, scaled=False)} + need {bytes_text(r.need_bytes, scaled=False)} > "
-                       f"budget {bytes_text(r.budget_bytes, scaled=False)}")
+                       f"next compute exceed the budget; at {deepest.ratio:g}: {frontier_text(r)}")
         ok_b2 = len(held) == len(cases) and all(sum(f.remat for f in c.report.frames) > 0 for c in cases)
         evidence_b2 = {"explained": len(cases), "frontier_exceeds_budget": len(held),
                        "deepest": r.to_dict() | {"frames": len(r.frames), "holders": len(r.holders)}}

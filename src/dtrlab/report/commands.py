@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..optimal.commands import GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName
-from ..options import POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT
+from ..defaults import REPORT_OVERHEAD_LIMIT
+from ..options import OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT, WORKERS_OPT
 from ..output import console
 from ..trace import choose_source
 
@@ -46,8 +47,9 @@ def reproduce_cmd(
     traces: Optional[str] = TRACES_OPT,
     out: str = typer.Option("dtrlab-report", "--out", "-o", metavar="DIR", help="The report folder."),
     quick: bool = typer.Option(False, "--quick", help="A small version for CI (a few traces and budgets)."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", metavar="N",
-                                          help="Worker processes (default: one a core)."),
+    workers: Optional[int] = WORKERS_OPT,
+    overhead_limit: float = typer.Option(REPORT_OVERHEAD_LIMIT, "--overhead-limit", metavar="X",
+                                         help=OVERHEAD_LIMIT_HELP),
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
                                                help=POLICY_HELP + " Repeatable: each joins the leaderboard."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
@@ -74,8 +76,10 @@ def reproduce_cmd(
     extra = tuple(policies_given(policy, policies_file, ()))  # a bad one is one line before any work
     settings = settings_given(time_limit, solver, gap, False) if optimal else None
     err = console(stderr=True)
+    if not overhead_limit > 1:
+        raise UsageError(f"--overhead-limit must exceed 1, got {overhead_limit}")
     repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
-                      progress=err.is_terminal, policies=extra, optimal=settings)
+                      progress=err.is_terminal, policies=extra, optimal=settings, overhead_limit=overhead_limit)
     out_console = console()
     out_console.print(_claims(repro))
     for b in repro.beside:

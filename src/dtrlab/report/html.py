@@ -16,7 +16,7 @@ from .claims import DEMONSTRATED, HYPOTHESIS, study_missing
 from .mechanisms import section as mechanisms_section
 from .findings import MAX_LISTED, found_line, found_on, inversion_text, switch_text
 from .leaderboard import context as leaderboard_context
-from .plan import OVERHEAD_CAP, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
+from .plan import RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
 from .study import FETCH_AND_REPRODUCE, SHIPPED
 from .tables import curve_rows, inversion_rows
 
@@ -57,7 +57,7 @@ def _context(repro, figures: dict) -> dict:
     found = found_on(repro.curves, repro.traces, SUBJECT_POLICY)
     return {
         "repro": repro, "version": __version__, "runtime": RUNTIME, "subject": SUBJECT_POLICY,
-        "factor": SWITCH_FACTOR, "cap": repro.plan.overhead_cap or OVERHEAD_CAP,
+        "factor": SWITCH_FACTOR, "cap": repro.plan.overhead_limit,
         "demonstrated": [c for c in claims if c.kind == DEMONSTRATED],
         "hypotheses": [c for c in claims if c.kind == HYPOTHESIS],
         "found": found, "max_listed": MAX_LISTED,

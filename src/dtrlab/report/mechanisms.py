@@ -26,7 +26,7 @@ def _counts(out: Path, program, run, plan: Plan):
     key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY}
     limit = None
     if run.outcome not in (OK, OOM):
-        limit = plan.overhead_cap
+        limit = plan.overhead_limit
         key["overhead_limit"] = limit
     _, arrays = memo(out, "counts", key,
                      lambda: storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, limit))
@@ -64,9 +64,9 @@ def _deepest(out: Path, program, plan: Plan):
     def deepest(run):
         # The memo keeps worst_moment's figures, not the log (a row per engine event).
         key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY,
-               "overhead_limit": plan.overhead_cap}
+               "overhead_limit": plan.overhead_limit}
         return memo(out, "deepest", key, lambda: worst_moment(
-            event_log(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, plan.overhead_cap)))
+            event_log(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, plan.overhead_limit)))
     return deepest
 
 

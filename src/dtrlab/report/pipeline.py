@@ -211,7 +211,7 @@ def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, 
 def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
               workers: int | None = None, console: Console | None = None, progress: bool = True,
               plan: Plan | None = None, policies: tuple[str, ...] = (),
-              optimal: SolveSettings | None = None) -> Reproduction:
+              optimal: SolveSettings | None = None, overhead_limit: float | None = None) -> Reproduction:
     """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir;
     `plan` (default: the quick or the full plan) says what is run; `policies` (names, formulas) join
     its leaderboard; `optimal` (default: none) solves the coarse grid and the study's windows under
@@ -220,6 +220,8 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
     from .write import write_run_record
 
     plan = plan or (QUICK if quick else FULL)
+    if overhead_limit is not None and overhead_limit != plan.overhead_limit:
+        plan = replace(plan, overhead_limit=overhead_limit)
     console = console or _console(stderr=True)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -260,7 +262,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     new_runs = new_solves = 0
     store = Store(out / STORE_NAME)
     try:
-        limit = dict(overhead_limit=plan.overhead_cap, seed=SEED)
+        limit = dict(overhead_limit=plan.overhead_limit, seed=SEED)
         with stages.stage("coarse curves", f": {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
             coarse = plan.coarse()  # none in a plan of fine windows only
             specs = build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit) if coarse else []
@@ -337,7 +339,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                 solves = optimal_specs(path, programs, plan, optimal)
                 if solves:
                     new_solves = run_sweep(solves, store, workers=workers, progress=progress, report=False).ran
-            section = baselines(traces, store.rows(), plan.overhead_cap, SEED)
+            section = baselines(traces, store.rows(), plan.overhead_limit, SEED)
     finally:
         store.close()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from ..defaults import DEFAULT_SWITCH_FACTOR
+from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR, REPORT_OVERHEAD_LIMIT  # noqa: F401 - re-exported
 from ..sim.policies import REMEDY_POLICIES
 from ..sweep.grid import parse_ratios, ratio_literal
 from ..trace.lower import Program
@@ -19,14 +19,11 @@ from .study import STUDY_TRACES
 PAPER_POLICIES = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "random")
 COARSE_RATIOS = "0.1:1.0:0.1"
 # The policy whose fine curves the study's claims are about (the paper's DTR heuristic).
-SUBJECT_POLICY = "dtr"
-RUNTIME = "eager-optimized"
+SUBJECT_POLICY = DEFAULT_POLICY
+RUNTIME = DEFAULT_RUNTIME
 SEED = 0
 # A switch is two neighbouring feasible budgets whose overheads differ by more than this.
 SWITCH_FACTOR = DEFAULT_SWITCH_FACTOR
-# Runs recomputing more than (cap - 1) x the baseline are stopped as remat_limit: some baselines
-# (lru, size on the LSTM) thrash for minutes per budget otherwise. The study's overheads are far below.
-OVERHEAD_CAP = 20.0
 # Each round of refinement puts this many ratios between two neighbours: 0.1 -> 0.01 -> 0.001 (FINE_STEP).
 REFINE_POINTS = 9
 # The fine grid's step: 0.1 % of the unconstrained peak, the spacing at which the study states its
@@ -72,7 +69,7 @@ class Plan:
     # Look closely only at switches between neighbouring fine budgets; a coarse switch's window
     # of ablations can be hundreds of runs (quick runs have fine scans on the study's resnet32 only).
     focus_fine_only: bool = False
-    overhead_cap: float = OVERHEAD_CAP
+    overhead_limit: float = REPORT_OVERHEAD_LIMIT
     # Only these traces (sha256s; empty: every trace the source has, cut by max_total_operators).
     traces: tuple[str, ...] = ()
     # Ranked beside `policies` in the leaderboard (report.leaderboard), over the coarse grid and the

@@ -6,6 +6,7 @@ Owns what the HTML and the Markdown both show in their tables; the templates say
 from __future__ import annotations
 
 from ..formats import bytes_text
+from ..analysis.oom import frontier_text
 from ..sim.result import OOM
 
 
@@ -42,6 +43,4 @@ def _oom_line(case) -> str:
     verdict = ("pool empty, pinned + locked + need exceed the budget by "
                f"{bytes_text(r.shortfall_bytes, scaled=False)}" if r.frontier_exceeds_budget else
                "the frontier alone does not explain it")
-    return (f"at {case.ratio:g}: {len(r.frames)} frames ({sum(f.remat for f in r.frames)} remats), "
-            f"locked {bytes_text(r.locked_bytes, scaled=False)}, pinned {bytes_text(r.pinned_bytes, scaled=False)}, "
-            f"need {bytes_text(r.need_bytes, scaled=False)}, budget {bytes_text(r.budget_bytes, scaled=False)}; {verdict}")
+    return f"at {case.ratio:g}: {frontier_text(r)}; {verdict}"

@@ -31,7 +31,7 @@ def _figures(repro) -> dict[str, dict]:
         trace = info["name"]
         per = {p: c for (t, p), c in repro.curves.items() if t == trace and p in paper}
         if per:
-            keep(f"overhead-{trace}", plots.overhead_curves(trace, per, SUBJECT_POLICY, repro.plan.overhead_cap),
+            keep(f"overhead-{trace}", plots.overhead_curves(trace, per, SUBJECT_POLICY, repro.plan.overhead_limit),
                  f"{trace}: overhead against budget for every policy (coarse grid, plus fine scans for "
                  f"{SUBJECT_POLICY}); shaded: {SUBJECT_POLICY}'s fast and slow regimes; x: infeasible budgets.")
     strips = []

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
-from ..defaults import ENGINES
+from ..defaults import BUDGET_NOTATION, ENGINES
 from ..errors import UsageError
 from ..trace.cache import STORED_BASELINE, remember_baseline
 from ..trace.lower import Program
@@ -77,6 +78,44 @@ def check_budget_args(ratio: float | None, budget_bytes: int | None) -> None:
 def budget_of(program: Program, ratio: float | None, budget_bytes: int | None) -> int:
     """The budget a command was given: from the ratio when there is one, else the bytes."""
     return budget_from_ratio(program, ratio) if ratio is not None else budget_bytes
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A budget as the user gave it: a ratio of the unbounded peak, or bytes (ratio None)."""
+
+    ratio: float | None
+    budget_bytes: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.ratio:g}" if self.ratio is not None else f"{self.budget_bytes} B"
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_budget(program: Program, text: str) -> Budget:
+    """A budget in dtrlab's one notation (BUDGET_NOTATION): `0.104` and `1.0` are ratios,
+    `1046362631` and `2GiB` bytes."""
+    raw = str(text).strip()
+    number = raw.rstrip("BbIiKkMmGgTt ")
+    unit = raw[len(number):].strip().lower()
+    try:
+        d = Decimal(number)
+    except InvalidOperation:
+        raise UsageError(f"budget {text!r}: {BUDGET_NOTATION}") from None
+    if not d.is_finite() or d <= 0:
+        raise UsageError(f"budget {text!r} must be positive")
+    if unit:
+        if unit not in _UNITS:
+            raise UsageError(f"budget {text!r}: unknown unit {unit!r} ({BUDGET_NOTATION})")
+        return Budget(None, check_budget_bytes(int(d * _UNITS[unit]), f"budget {text!r}"))
+    if "." in number or "e" in number.lower():
+        ratio = float(number)
+        return Budget(ratio, budget_from_ratio(program, ratio))
+    return Budget(None, check_budget_bytes(int(d), f"budget {text!r}"))
 
 
 def budget_from_ratio(program: Program, ratio: float | str) -> int:

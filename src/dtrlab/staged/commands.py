@@ -15,7 +15,7 @@ import typer
 from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, make_step
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
 from ..errors import UsageError
-from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT
+from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, steps_opt
 from ..output import print_json
 
 OPTIMIZERS = ("none", "sgd", "adam")
@@ -61,7 +61,7 @@ def stage_command(
     policy: str = typer.Option(DEFAULT_POLICY, "--policy", "-p", help="The simulator's eviction policy."),
     optimizer: str = typer.Option("none", "--optimizer", help="An update added after the step: none, sgd "
                                                               "(momentum 0.9) or adam."),
-    steps: int = typer.Option(5, "--steps", help="Steps timed, plain and staged (medians)."),
+    steps: int = steps_opt(5, "Steps timed, plain and staged (medians)."),
     seed: int = typer.Option(0, "--seed", help="Seed of torch (the model's weights, dropout)."),
     as_json: bool = JSON_OPT,
 ) -> None:

@@ -14,7 +14,8 @@ from typer.core import TyperGroup
 from ..errors import UsageError
 from ..optimal.commands import BOUND_ONLY_OPT, GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName, settings_given
 from ..optimal.defaults import OPTIMAL_POLICY
-from ..options import POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SOURCE_ARG, TRACES_OPT, EngineName
+from ..options import (ENGINE_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SEED_OPT,  # noqa: F401
+                       SOURCE_ARG, TRACES_OPT, WORKERS_OPT, EngineName, ratios_opt)
 from ..output import console
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
@@ -35,13 +36,10 @@ EXECUTOR_OPT = typer.Option(ExecutorName.local, "--executor", "-e",
 SCHEDULER_OPT = typer.Option(None, "--scheduler", metavar="ADDR",
                              help="Dask scheduler address (tcp://host:8786); without it "
                                   "--executor dask starts a local cluster.")
-WORKERS_OPT = typer.Option(None, "--workers", "-j", metavar="N", help="Worker processes (default: one a core).")
 STORE_OPT = typer.Option(DEFAULT_STORE, "--store", "-s", metavar="FILE",
                          help="The DuckDB results file; runs already in it are not simulated again.")
 TIMEOUT_OPT = typer.Option(None, "--timeout", metavar="S",
                            help="Stop a run after S seconds (outcome timeout); its process is killed.")
-OVERHEAD_LIMIT_OPT = typer.Option(None, "--overhead-limit", metavar="X",
-                                  help="Stop a run with remat_limit (infeasible) once its overhead must exceed X.")
 
 
 class ExportFormat(str, Enum):
@@ -54,9 +52,7 @@ def sweep(
     traces: Optional[str] = TRACES_OPT,
     trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
                                               help="Only traces whose name starts with NAME (repeatable; default: all)."),
-    ratios: Optional[str] = typer.Option(None, "--ratios", "-r", metavar="SPEC",
-                                         help="Budget ratios: a list 0.1,0.2 and/or inclusive ranges START:STOP:STEP "
-                                              "(exact decimals: 0.090:0.120:0.001)."),
+    ratios: Optional[str] = ratios_opt(),
     budget_bytes: Optional[str] = typer.Option(None, "--budget-bytes", "-b", metavar="LIST",
                                                help="Budgets in bytes: a list and/or ranges START:STOP:STEP."),
     policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
@@ -79,13 +75,12 @@ def sweep(
                                         help="Overheads differing by more than this factor call for refinement."),
     refine_rounds: int = typer.Option(1, "--refine-rounds", metavar="N",
                                       help="Rounds of refinement (each looks at all results so far)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
+    seed: int = SEED_OPT,
     time_limit: float = TIME_LIMIT_OPT,
     solver: SolverName = SOLVER_OPT,
     gap: float = GAP_OPT,
     bound_only: bool = BOUND_ONLY_OPT,
-    engine: EngineName = typer.Option(EngineName.auto, "--engine",
-                                      help="Simulator engine (results are the same; not part of a run's key)."),
+    engine: EngineName = ENGINE_OPT,
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar and no summary table."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower the traces anew in this process."),
 ) -> None:

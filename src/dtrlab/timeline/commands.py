@@ -14,7 +14,7 @@ import typer
 
 from ..analysis.commands import BYTES_OPT, JSON_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT, TRACE_OPT
 from ..errors import UsageError
-from ..options import POLICIES_FILE_OPT, SOURCE_ARG, TRACES_OPT
+from ..options import ENGINE_OPT, POLICIES_FILE_OPT, SEED_OPT, SOURCE_ARG, TRACES_OPT, EngineName
 from ..output import print_json
 from ..trace import resolve_source
 
@@ -54,7 +54,8 @@ def timeline_cmd(
     out: str = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the timeline."),
     window: Optional[str] = typer.Option(None, "--window", metavar="START:END",
                                          help="Keep only this stretch of the simulated clock (ns, both included)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random policies."),
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Write one run's timeline: operators, rematerializations, evictions and memory over the clock."""
@@ -74,7 +75,7 @@ def timeline_cmd(
     program = _load(source, trace, policy, runtime)  # checks the names before reading the trace
     budget = budget_of(program, ratio, budget_bytes)
     t0 = time.perf_counter()
-    tl = record(program, budget, policy, runtime, ratio=ratio, seed=seed).cut(cut)
+    tl = record(program, budget, policy, runtime, ratio=ratio, seed=seed, engine=engine.value).cut(cut)
     t1 = time.perf_counter()
     counts = write(tl, fmt, target)
     t2 = time.perf_counter()
