@@ -4,14 +4,14 @@ of both runs' candidates at that choice (either engine's event log to find it, t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import UsageError
 from ..sim import pyengine
 from ..sim.instruments import EVICT, Instruments
-from ..sim.policies import DEFAULT_POLICY, get_policy
+from ..sim.policies import DEFAULT_POLICY, FEATURE_FIELDS, get_policy
 from ..sim.runtimes import DEFAULT_RUNTIME, get_runtime
 from ..sim.simulate import check_compatible, simulate
 from ..trace.lower import Program
@@ -30,6 +30,7 @@ class Terms:
     size_bytes: int
     staleness_ns: float
     score: float
+    features: dict = field(default_factory=dict, compare=False, repr=False)  # every feature, by name
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class _AtChoice:
             for s in self.candidates:
                 f = engine._features(s)
                 terms.append(Terms(s, self.names[s], s in engine.pool, f.compute_ns, f.neighborhood_ns,
-                                   f.size_bytes, f.staleness_ns, engine.policy.score(f)))
+                                   f.size_bytes, f.staleness_ns, engine.policy.score(f),
+                                   {name: getattr(f, attr) for name, attr in FEATURE_FIELDS.items()}))
             self.result = (engine.clock, best_s, engine.memory, tuple(terms))
             raise _Stop()
         self.seen += 1

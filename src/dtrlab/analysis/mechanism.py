@@ -13,7 +13,10 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import UsageError
+from ..sim import formula as fm
 from ..sim.instruments import LOCKED, PINNED_CONSTANT, PINNED_OUTPUT
+from ..sim.policies import DEFAULT_POLICY, get_policy
 from ..sim.result import OOM
 from .churn import jaccard
 from .oom import OomReport
@@ -32,7 +35,8 @@ CHURN_JACCARD_MIN = 0.9
 # budget, and the stack holds at least this many pending rematerializations (a recursive frontier).
 FRONTIER_MIN_REMATS = 1
 
-# Which score term turned the first divergent decision (DTR's score: (compute + e*) / (size x staleness)).
+# Which factor of the policy's own score turned the first divergent decision, by what it measures
+# (DTR's score (compute + e*) / (size x staleness) has the three: e*, size, timing).
 TIMING, ESTAR, SIZE = "timing", "e*", "size"
 AVAILABILITY = "availability"  # a candidate one run chose could not be evicted in the other then
 STOPPED = "stopped"  # one run makes no more policy evictions where the other goes on
@@ -161,7 +165,25 @@ def _log(x: float) -> float | None:
     return math.log(x) if x > 0 else None
 
 
-def flipped_by(divergence) -> str | None:
+def _factor_name(factor: fm.Formula) -> str:
+    """A factor by what it measures: timing (it reads staleness), e*, size, else its own text."""
+    reads = factor.features
+    if reads & {"staleness", "fresh_staleness", "last_access"}:
+        return TIMING
+    if reads & {"estar", "fresh_estar", "eqclass", "ancestors"}:
+        return ESTAR
+    return SIZE if reads == {"size"} else factor.text.removeprefix("score: ")
+
+
+def score_factors(policy: str = DEFAULT_POLICY) -> list[tuple[str, object, int]]:
+    """(name, value of a candidate's Terms, sign) for each factor of the policy's own score."""
+    formula = get_policy(policy).formula
+    if formula is None or formula.is_random:
+        raise UsageError(f"policy {policy}: its score is no formula, so no term can be named")
+    return [(_factor_name(f), lambda t, f=f: fm.evaluate(f, t.features), sign) for f, sign in fm.factors(formula)]
+
+
+def flipped_by(divergence, policy: str = DEFAULT_POLICY) -> str | None:
     """The term of DTR's score whose change between the two runs turned the first divergent choice.
 
     Run a chose x where run b chose y: log(score x / score y) rose from <= 0 to >= 0. Each factor's
@@ -177,10 +199,8 @@ def flipped_by(divergence) -> str | None:
     ta, tb = ({t.storage: t for t in c.candidates} for c in (d.a, d.b))
     if not all(t.in_pool for t in (ta[x], ta[y], tb[x], tb[y])):
         return AVAILABILITY
-    terms = ((ESTAR, lambda t: t.compute_ns + t.neighborhood_ns, 1),
-             (SIZE, lambda t: t.size_bytes, -1), (TIMING, lambda t: t.staleness_ns, -1))
     rise = {}
-    for name, get, sign in terms:
+    for name, get, sign in score_factors(policy):
         la = [_log(get(ta[s])) for s in (x, y)]
         lb = [_log(get(tb[s])) for s in (x, y)]
         if None in la or None in lb:  # a zero term: it decides when it changed, else not at all
@@ -191,13 +211,14 @@ def flipped_by(divergence) -> str | None:
 
 
 def signature(trace: str, kind: str, reference: RunSide, unstable: RunSide, evictions_ref: np.ndarray,
-              evictions_unstable: np.ndarray, divergence, factor: float | None = None) -> Signature:
+              evictions_unstable: np.ndarray, divergence, factor: float | None = None,
+              policy: str = DEFAULT_POLICY) -> Signature:
     """Put one instability's figures together and classify it."""
     jac = jaccard(evictions_ref, evictions_unstable)
     ref = reference.per_evicted_storage
     rate = unstable.per_evicted_storage / ref if ref else math.inf
     return Signature(trace, kind, reference, unstable, factor, jac,
-                     None if divergence is None else divergence.index, flipped_by(divergence),
+                     None if divergence is None else divergence.index, flipped_by(divergence, policy),
                      classify(rate, jac, unstable))
 
 
@@ -289,5 +310,5 @@ def mechanisms(program, runs_pairs, policy: str, runtime: str, *, counts: Callab
         sides = [run_side(ref, er, explain(ref) if ref.outcome == OOM else None),
                  run_side(bad, eu, explain(bad) if bad.outcome == OOM else None,
                           deepest(bad) if bad.outcome != OOM else None)]
-        out.append(signature(program.name, kind, sides[0], sides[1], er, eu, divergence(ref, bad), factor))
+        out.append(signature(program.name, kind, sides[0], sides[1], er, eu, divergence(ref, bad), factor, policy))
     return out

@@ -393,6 +393,29 @@ def python_source(formula: Formula, feature: dict[str, str]) -> str:
 NAMESPACE = {"INF": INF, "power": power, "log": log, "min": min, "max": max}
 
 
+def factors(formula: Formula) -> tuple[tuple[Formula, int], ...]:
+    """The score as a product of factors, each with its sign in the log of the score: the numerator's
+    factors +1, the denominator's -1 (DTR: compute + estar, then size and staleness). A power counts
+    as its base with its exponent."""
+    out: list[tuple[Formula, int]] = []
+
+    def walk(node: Node, sign: int) -> None:
+        if isinstance(node, Binary) and node.op == "*":
+            walk(node.left, sign)
+            walk(node.right, sign)
+        elif isinstance(node, Binary) and node.op == "/":
+            walk(node.left, sign)
+            walk(node.right, -sign)
+        elif isinstance(node, Power) and node.exponent != 0:
+            walk(node.base, sign * node.exponent)
+        elif not isinstance(node, Literal):
+            out.append((Formula(node), sign))
+
+    if formula.root is not None:
+        walk(formula.root, 1)
+    return tuple(out)
+
+
 def evaluate(formula: Formula, values: dict[str, int | float]):
     """The score for the given feature values: the definition the engines are tested against."""
     code = python_source(formula, {name: f"v[{name!r}]" for name in formula.features})
