@@ -1,5 +1,5 @@
 """dtrlab: a toolkit for studying Dynamic Tensor Rematerialization."""
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 
 def __getattr__(name: str):

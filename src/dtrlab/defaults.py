@@ -13,6 +13,10 @@ BUDGET_NOTATION = ("a ratio of the unbounded peak has a decimal point (0.104, 1.
 # (limit - 1) x the baseline stop as remat_limit, since some baselines (lru, size on the LSTM)
 # thrash for minutes a budget otherwise; the study's overheads are far below it.
 REPORT_OVERHEAD_LIMIT = 20.0
+# The DTR paper's budget curve: every policy it compares, at ratios 0.1, 0.2, ..., 1.0 (the report's
+# coarse curves and the leaderboard's default grid).
+PAPER_POLICIES = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "random")
+COARSE_RATIOS = "0.1:1.0:0.1"
 # The live runtime's clocks (dtrlab run --clock): a cost table from the captured trace, or real time.
 LIVE_CLOCKS = ("logical", "measured")
 ENGINES = ("auto", "c", "python")  # the engines by name; auto: the compiled one wherever it runs the run

@@ -9,7 +9,7 @@ from enum import Enum
 
 import typer
 
-from .defaults import ENGINES
+from .defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, ENGINES
 
 SOURCE_HELP = ("A trace file (.log/.jsonl, maybe .gz), a folder with manifest.json, or a logs.zip "
                "(default: the traces shipped with dtrlab).")
@@ -28,6 +28,9 @@ POLICY_HELP = ("Eviction policy: a name (see `dtrlab policies`), a formula 'scor
 RUNTIME_HELP = ("Runtime: eager-optimized, optimized, eager, lazy, banishing (or the reference's class "
                 "name), with the eviction search's shortcuts after + (NAME+sample, NAME+small; "
                 "see docs/sweeps.md).")
+
+POLICY_OPT = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + ".")
+RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help=RUNTIME_HELP)
 
 TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
 TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
@@ -66,3 +69,12 @@ ENGINE_HELP = ("Simulator engine: auto (the compiled one wherever it runs the po
 ENGINE_OPT = typer.Option(EngineName.auto, "--engine", help=ENGINE_HELP)
 OVERHEAD_LIMIT_HELP = "Stop a run with remat_limit (infeasible) once its overhead must exceed X."
 OVERHEAD_LIMIT_OPT = typer.Option(None, "--overhead-limit", metavar="X", help=OVERHEAD_LIMIT_HELP)
+
+# The step a command runs: a zoo MODEL or a user's --script, and its sizes.
+MODEL_ARG = typer.Argument(None, help="A zoo model: resnet32, lstm, transformer, unet, densenet.")
+SCRIPT_OPT = typer.Option(None, "--script", metavar="FILE.py:FUNCTION",
+                          help="A user's step factory: FUNCTION(batch=..., device=...) "
+                               "(the arguments it accepts) returns a zero-argument step.")
+DEVICE_OPT = typer.Option("cpu", "--device", help="cpu or cuda.")
+SIZE_OPT = typer.Option(None, "--size", metavar="KEY=VALUE",
+                        help="A model size argument, e.g. hidden=256 (repeatable).")

@@ -223,7 +223,7 @@ def test_the_readme_s_budget_example_is_below_the_step_s_peak():
     import shlex
     from pathlib import Path
 
-    from dtrlab.capture.commands import make_step
+    from dtrlab.capture.factory import make_step
     from dtrlab.sim.simulate import baseline
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()

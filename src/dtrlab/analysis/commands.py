@@ -11,8 +11,8 @@ import typer
 
 from ..errors import UsageError
 from ..formats import overhead_text
-from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, RUNTIME_HELP, SOURCE_ARG,  # noqa: F401
-                       TRACE_OPT, TRACES_OPT)
+from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
+                       SOURCE_ARG, TRACE_OPT, TRACES_OPT)
 from ..output import console as _console
 from ..output import NONE_FOUND, print_findings, print_json
 from ..defaults import DEFAULT_POLICY
@@ -24,10 +24,6 @@ from ..trace import resolve_source
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-# The arguments and options every diagnostics command takes, declared once (those other commands
-# take too live in dtrlab.options and are re-exported here).
-POLICY_OPT = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + ".")
-RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help=RUNTIME_HELP)
 
 
 def _progress() -> Progress:
@@ -46,14 +42,9 @@ def _policy(policy: Optional[str], policies_file: Optional[str]) -> str:
 
 
 def _load(source: str, trace: Optional[str], policy: str, runtime: str):
-    from ..sim.policies import get_policy
-    from ..sim.runtimes import get_runtime
-    from ..sim.simulate import check_compatible
-    from ..trace import load_one
+    from ..sim.simulate import load_for
 
-    # Names first: a typo should not wait for a large trace.
-    check_compatible(get_policy(policy), get_runtime(runtime))
-    return load_one(source, trace)
+    return load_for(source, trace, policy, runtime)
 
 
 def _ratios(spec: str) -> tuple[float, ...]:
@@ -468,7 +459,7 @@ def rank_cmd(
     """A leaderboard: each policy's mean overhead over a grid, smallest feasible ratio, and stability."""
     source = resolve_source(source, traces)
     from rich.table import Table
-    from ..report.plan import COARSE_RATIOS, PAPER_POLICIES
+    from ..defaults import COARSE_RATIOS, PAPER_POLICIES
     from ..sim.policies import REMEDY_POLICIES
     from ..sim.policyfile import policies_given
     from ..trace import load

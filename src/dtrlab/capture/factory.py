@@ -7,6 +7,7 @@ wrong (UserCodeError), with the user's own frames when their code raised, never 
 from __future__ import annotations
 
 import functools
+import json
 import importlib.util
 import inspect
 import os
@@ -161,3 +162,51 @@ def run_guarded(step: Callable, what: str) -> Callable:
                 raise
             raise _raised(exc, f"the step of {what}", _where(step, what)) from exc
     return guarded
+
+
+def _size_kwargs(sizes: list[str]) -> dict:
+    """KEY=VALUE options as keyword arguments; values are JSON (3, [2, 2]) or plain strings."""
+    out = {}
+    for item in sizes:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--size takes KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+        if isinstance(out[key], list):
+            out[key] = tuple(out[key])
+    return out
+
+
+def make_step(model: str | None, script: str | None, batch: int | None, device: str,
+              size: list[str] | None) -> tuple:
+    """The step a command's MODEL|--script, --batch, --device and --size name: (step, label, the
+    factory's keyword arguments). Shared by `dtrlab capture` and `dtrlab run`; imports torch. A
+    mistake in a user's script is one line at its file and line (capture.factory)."""
+    if (model is None) == (script is None):
+        raise UsageError("give exactly one of MODEL and --script")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda, got {device!r}")
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {batch}")
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise UsageError("this command needs torch: pip install -e '.[capture]'") from None
+    from .zoo import ZOO
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("CUDA is not available on this machine")
+    kwargs = _size_kwargs(list(size or []))
+    kwargs["device"] = device
+    if model is not None:
+        if model not in ZOO:
+            raise UsageError(f"unknown model {model!r} (models: {', '.join(ZOO)})")
+        kwargs["batch"] = batch if batch is not None else kwargs.get("batch", ZOO[model].batch)  # --size batch=N too
+        return call_factory(ZOO[model].make, kwargs, model), model, kwargs
+    factory, name, where = load_factory(script)
+    if batch is not None:
+        kwargs["batch"] = batch
+    return call_factory(factory, kwargs, name, where), Path(script.rpartition(":")[0]).stem, kwargs

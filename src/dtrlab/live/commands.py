@@ -10,7 +10,8 @@ from typing import List, Optional
 
 import typer
 
-from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, make_step
+from ..capture.factory import make_step
+from ..options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT
 from ..defaults import DEFAULT_POLICY, LIVE_CLOCKS
 from ..errors import UsageError
 from ..formats import bytes_text, count_text, ns_text, overhead_text

@@ -9,15 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR, REPORT_OVERHEAD_LIMIT  # noqa: F401 - re-exported
+from ..defaults import (COARSE_RATIOS, DEFAULT_POLICY, DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR,  # noqa: F401 - re-exported
+                        PAPER_POLICIES, REPORT_OVERHEAD_LIMIT)
 from ..sim.policies import REMEDY_POLICIES
 from ..sweep.grid import parse_ratios, ratio_literal
 from ..trace.lower import Program
 from .study import STUDY_TRACES
 
-# The DTR paper's budget curve: every policy it compares, at ratios 0.1, 0.2, ..., 1.0.
-PAPER_POLICIES = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "random")
-COARSE_RATIOS = "0.1:1.0:0.1"
 # The policy whose fine curves the study's claims are about (the paper's DTR heuristic).
 SUBJECT_POLICY = DEFAULT_POLICY
 RUNTIME = DEFAULT_RUNTIME

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..analysis.scan import Budget
 from ..timeline import switchplot
-from ..timeline.commands import SUFFIXES, Format, write
+from ..timeline.write import SUFFIXES, Format, write
 from ..timeline.source import record
 from .plan import RUNTIME, SEED, SUBJECT_POLICY
 from .study import STUDY_TRACES

@@ -126,6 +126,15 @@ def budget_from_ratio(program: Program, ratio: float | str) -> int:
 
 
 
+def load_for(source, trace: str | None, policy: str, runtime: str) -> Program:
+    """The one trace of SOURCE a run of `policy` on `runtime` will take, the names checked first (a
+    typo should not wait for a large trace)."""
+    from ..trace import load_one
+
+    check_compatible(get_policy(policy), get_runtime(runtime))
+    return load_one(source, trace)
+
+
 def compiled_available() -> bool:
     return cengine._cengine is not None
 

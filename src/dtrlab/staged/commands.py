@@ -12,7 +12,8 @@ from typing import List, Optional
 
 import typer
 
-from ..capture.commands import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, make_step
+from ..capture.factory import make_step
+from ..options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
 from ..errors import UsageError
 from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, steps_opt

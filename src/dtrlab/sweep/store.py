@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import duckdb
 
-from .. import __version__
+from ..version import __version__
 from ..errors import UsageError
 from ..sim.result import OK, OOM, TIMEOUT, RunResult, run_overhead
 from . import DEFAULT_STORE

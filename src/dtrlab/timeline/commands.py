@@ -6,38 +6,17 @@ A thin typer layer: check the arguments, record the run (timeline.source), call 
 from __future__ import annotations
 
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ..analysis.commands import BYTES_OPT, JSON_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT, TRACE_OPT
 from ..errors import UsageError
-from ..options import ENGINE_OPT, POLICIES_FILE_OPT, SEED_OPT, SOURCE_ARG, TRACES_OPT, EngineName
+from ..options import (BYTES_OPT, ENGINE_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
+                       SEED_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT, EngineName)
+from .write import Format, write
 from ..output import print_json
 from ..trace import resolve_source
-
-
-class Format(str, Enum):
-    perfetto = "perfetto"
-    memviz = "memviz"
-    csv = "csv"
-
-
-# Each format's writer: (module, function); imported only when asked for (perfetto's protos are big).
-WRITERS = {Format.perfetto: ("perfetto", "write_perfetto"), Format.memviz: ("memviz", "write_memviz"),
-           Format.csv: ("table", "write_csv")}
-# The file name ending each format conventionally has (docs/timelines.md says how to open each).
-SUFFIXES = {Format.perfetto: ".pftrace", Format.memviz: ".pickle", Format.csv: ".csv"}
-
-
-def write(tl, fmt: Format | str, path: str | Path):
-    """Write the timeline `tl` in format `fmt` to `path`; the writer's counts."""
-    import importlib
-
-    module, name = WRITERS[Format(fmt)]
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)(tl, path)
 
 
 def timeline_cmd(
@@ -60,19 +39,20 @@ def timeline_cmd(
 ) -> None:
     """Write one run's timeline: operators, rematerializations, evictions and memory over the clock."""
     source = resolve_source(source, traces)
-    from ..analysis.commands import _load, _policy
+    from ..sim.policyfile import policy_given
+    from ..sim.simulate import load_for
     from ..sim.simulate import budget_of, check_budget_args
     from .source import parse_window, record
 
     check_budget_args(ratio, budget_bytes)
     cut = parse_window(window)
-    policy = _policy(policy, policies_file)
+    policy = policy_given(policy, policies_file)
     target = Path(out)
     if target.is_dir():
         raise UsageError(f"{out}: is a folder; --out names the file to write")
     if not target.parent.is_dir():
         raise UsageError(f"{target.parent}: no such folder")
-    program = _load(source, trace, policy, runtime)  # checks the names before reading the trace
+    program = load_for(source, trace, policy, runtime)  # checks the names before reading the trace
     budget = budget_of(program, ratio, budget_bytes)
     t0 = time.perf_counter()
     tl = record(program, budget, policy, runtime, ratio=ratio, seed=seed, engine=engine.value).cut(cut)

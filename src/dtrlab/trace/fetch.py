@@ -225,7 +225,7 @@ def _download(url: str, out, progress) -> int:
     import urllib.error
     import urllib.request
 
-    from .. import __version__
+    from ..version import __version__
 
     if not url.startswith(("https://", "http://")):
         raise UsageError(f"{url}: --url must be an http:// or https:// address")
