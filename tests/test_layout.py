@@ -1,5 +1,5 @@
-"""Library code lives in the library: no module but a command module imports a command module (or
-the CLI), so a command stays a thin layer over functions any program can call."""
+"""Library code lives in the library: every command lives in the dtrlab.cli package, and no module
+outside it imports it, so a command stays a thin layer over functions any program can call."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "dtrlab"
 
 
 def _is_command_module(path: Path) -> bool:
-    return path.name == "commands.py" or path == SRC / "cli.py"
+    return path.relative_to(SRC).parts[0] == "cli"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -34,19 +34,21 @@ def wrong_way_imports() -> list[str]:
         if _is_command_module(path):
             continue
         for module in imported_modules(path):
-            if module == "dtrlab.cli" or module.endswith(".commands"):
+            if module == "dtrlab.cli" or module.startswith("dtrlab.cli.") or module.endswith(".commands"):
                 bad.append(f"{path.relative_to(SRC)} imports {module}")
     return bad
 
 
 def test_no_library_module_imports_a_command_module():
     assert wrong_way_imports() == []
+    assert not list(SRC.rglob("commands.py")), "a command module outside dtrlab.cli"
 
 
 def test_the_check_sees_a_wrong_way_import(tmp_path, monkeypatch):
     """A library module that imports a command module (relatively, inside a function) is found."""
     lib = tmp_path / "dtrlab" / "report"
     lib.mkdir(parents=True)
-    (lib / "timelines.py").write_text("def f():\n    from ..timeline.commands import write\n")
+    (lib / "timelines.py").write_text("def f():\n    from ..cli.timeline import write\n")
     monkeypatch.setattr(__import__(__name__), "SRC", tmp_path / "dtrlab")
-    assert wrong_way_imports() == ["report/timelines.py imports dtrlab.timeline.commands"]
+    assert sorted(wrong_way_imports()) == ["report/timelines.py imports dtrlab.cli.timeline",
+                                           "report/timelines.py imports dtrlab.cli.timeline.write"]

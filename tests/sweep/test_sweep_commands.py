@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from dtrlab.errors import UsageError
-from dtrlab.sweep.commands import register
+from dtrlab.cli.sweep import register
 from dtrlab.sweep.store import results_dataframe
 from sweep_helpers import TRACES, needs_shared, oracle, resnet_specs
 

@@ -11,11 +11,11 @@ from typing import List, Optional
 import typer
 
 from ..capture.factory import make_step
-from ..options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT
+from .options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT
 from ..defaults import DEFAULT_POLICY, LIVE_CLOCKS
 from ..errors import UsageError
 from ..formats import bytes_text, count_text, ns_text, overhead_text
-from ..options import (BYTES_OPT, ENGINE_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, EngineName,
+from .options import (BYTES_OPT, ENGINE_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, EngineName,
                        steps_opt)
 from ..output import clean, console, print_json
 
@@ -71,7 +71,7 @@ def run(
         if given:
             raise UsageError(f"{', '.join(given)} belong to the live runtime, not --staged (which compares its "
                              "state with a plain step's always)")
-        from ..staged.commands import run_staged
+        from .staged import run_staged
 
         if threads is not None:
             import torch
@@ -100,7 +100,7 @@ def run(
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
     step, label, _ = make_step(model, script, batch, device, size)
-    from .runs import run_live
+    from ..live.runs import run_live
 
     report = run_live(step, label, ratio=ratio, budget_bytes=budget_bytes, policy=policy, clock=clock,
                       steps=steps, device=device, seed=seed, compare_sim=compare_sim, plan=plan_text,
@@ -123,7 +123,7 @@ def run(
 
 def _verdict(run, sim, clock: str) -> tuple[bool | None, str]:
     """(the same decisions?, a line saying what was compared): None on the measured clock."""
-    from .runs import DECISION_FIGURES, decision_differences
+    from ..live.runs import DECISION_FIGURES, decision_differences
 
     if clock != LIVE_CLOCKS[0]:
         return None, (f"decisions are not compared on the {clock} clock: each run costs its own time, "

@@ -15,10 +15,10 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT
+from .options import BYTES_OPT, JSON_OPT, RATIO_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT
 from ..output import clean, console, print_json
 from ..trace import resolve_source
-from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS, SolveSettings
+from ..optimal.defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS, SolveSettings
 
 SolverName = Enum("SolverName", {name: name for name in SOLVERS}, type=str)
 
@@ -57,7 +57,7 @@ def optimal_cmd(
     source = resolve_source(source, traces)
     from ..sim.simulate import budget_of, check_budget_args
     from ..trace import load_one
-    from .solve import solve
+    from ..optimal.solve import solve
 
     check_budget_args(ratio, budget_bytes)
     settings = settings_given(time_limit, solver, gap, bound_only)

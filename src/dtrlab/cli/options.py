@@ -9,7 +9,7 @@ from enum import Enum
 
 import typer
 
-from .defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, ENGINES
+from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME, ENGINES
 
 SOURCE_HELP = ("A trace file (.log/.jsonl, maybe .gz), a folder with manifest.json, or a logs.zip "
                "(default: the traces shipped with dtrlab).")

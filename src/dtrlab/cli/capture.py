@@ -12,8 +12,8 @@ import typer
 
 from ..errors import UsageError
 from ..formats import bytes_text, ns_text
-from ..options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, steps_opt
-from .factory import make_step
+from .options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT, steps_opt
+from ..capture.factory import make_step
 from ..output import print_json
 
 
@@ -37,9 +37,9 @@ def capture(
         raise UsageError(f"--repeat must be at least 1, got {repeat}")
     step, label, kwargs = make_step(model, script, batch, device, size)
     import torch
-    from .peakgap import peak_gap
-    from .recorder import record_median
-    from .save import save, to_program, to_text
+    from ..capture.peakgap import peak_gap
+    from ..capture.recorder import record_median
+    from ..capture.save import save, to_program, to_text
 
     sync = torch.cuda.synchronize if device == "cuda" else None
     result = record_median(step, repeat=repeat, warmup=1, sync=sync)

@@ -12,15 +12,15 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import UsageError
-from ..optimal.commands import BOUND_ONLY_OPT, GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName, settings_given
+from .optimal import BOUND_ONLY_OPT, GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName, settings_given
 from ..optimal.defaults import OPTIMAL_POLICY
-from ..options import (ENGINE_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SEED_OPT,  # noqa: F401
+from .options import (ENGINE_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SEED_OPT,  # noqa: F401
                        SOURCE_ARG, TRACES_OPT, WORKERS_OPT, EngineName, ratios_opt)
 from ..output import console
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
 from ..trace import resolve_source
-from . import DEFAULT_STORE
+from ..sweep import DEFAULT_STORE
 
 DEFAULT_REFINE_FACTOR = 1.05
 
@@ -92,10 +92,10 @@ def sweep(
     from ..sim.policyfile import policies_given
     from ..sim.runtimes import get_runtime
     from ..trace import load
-    from .executors import get_executor
-    from .grid import build_specs, is_optimal, parse_budget_bytes, parse_ratios
-    from .run import interrupted_exit_status, refine_rounds as refinement, run_sweep
-    from .store import Store
+    from ..sweep.executors import get_executor
+    from ..sweep.grid import build_specs, is_optimal, parse_budget_bytes, parse_ratios
+    from ..sweep.run import interrupted_exit_status, refine_rounds as refinement, run_sweep
+    from ..sweep.store import Store
 
     if ratios is None and budget_bytes is None:
         raise UsageError("give budgets: --ratios SPEC and/or --budget-bytes LIST")
@@ -135,7 +135,7 @@ def sweep(
                 lambda round_, n: typer.echo(f"refinement round {round_}: {n} new budgets", err=True))
             summary = refined.summary or summary
         if refine and not no_progress:
-            from .run import summary_table
+            from ..sweep.run import summary_table
 
             console().print(summary_table(summary))
     if summary.interrupted:
@@ -151,7 +151,7 @@ def export_results(
                                       help="Write here (CSV without it goes to stdout)."),
 ) -> None:
     """One row per run: trace, policy, runtime, ratio, budget_bytes, outcome, overhead, counters."""
-    from .store import export
+    from ..sweep.store import export
 
     rows = export(store, fmt.value, out)
     if out is not None:
@@ -164,7 +164,7 @@ def salvage_results(
     out: str = typer.Option(..., "--out", "-o", metavar="NEW", help="The new store to write (must not exist)."),
 ) -> None:
     """Copy every run that can still be read from a store whose write-ahead log is damaged into a new store."""
-    from .store import salvage
+    from ..sweep.store import salvage
 
     kept = salvage(store, out)
     typer.echo(f"{kept.runs} runs written to {out} (the log replayed up to byte {kept.log_bytes_kept} "

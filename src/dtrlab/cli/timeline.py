@@ -12,9 +12,9 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ..options import (BYTES_OPT, ENGINE_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
+from .options import (BYTES_OPT, ENGINE_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
                        SEED_OPT, SOURCE_ARG, TRACE_OPT, TRACES_OPT, EngineName)
-from .write import Format, write
+from ..timeline.write import Format, write
 from ..output import print_json
 from ..trace import resolve_source
 
@@ -42,7 +42,7 @@ def timeline_cmd(
     from ..sim.policyfile import policy_given
     from ..sim.simulate import load_for
     from ..sim.simulate import budget_of, check_budget_args
-    from .source import parse_window, record
+    from ..timeline.source import parse_window, record
 
     check_budget_args(ratio, budget_bytes)
     cut = parse_window(window)

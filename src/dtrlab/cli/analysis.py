@@ -11,14 +11,14 @@ import typer
 
 from ..errors import UsageError
 from ..formats import overhead_text
-from ..options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
+from .options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
                        SOURCE_ARG, TRACE_OPT, TRACES_OPT)
 from ..output import console as _console
 from ..output import NONE_FOUND, print_findings, print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import BUDGET_NOTATION, DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
-from ..options import ENGINE_OPT, OVERHEAD_LIMIT_OPT, SEED_OPT, WORKERS_OPT, EngineName, ratios_opt
-from ..sweep.commands import EXECUTOR_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT, ExecutorName
+from .options import ENGINE_OPT, OVERHEAD_LIMIT_OPT, SEED_OPT, WORKERS_OPT, EngineName, ratios_opt
+from .sweep import EXECUTOR_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT, ExecutorName
 from ..trace import resolve_source
 
 if TYPE_CHECKING:
@@ -81,9 +81,9 @@ def scan_cmd(
     source = resolve_source(source, traces)
     policy = _policy(policy, policies_file)
     from rich.table import Table
-    from .feasibility import inversions, overhead_inversions
-    from .regimes import regimes, switches
-    from .scan import scan_stored
+    from ..analysis.feasibility import inversions, overhead_inversions
+    from ..analysis.regimes import regimes, switches
+    from ..analysis.scan import scan_stored
 
     if not factor > 1:
         raise UsageError(f"--factor must exceed 1, got {factor}")
@@ -97,7 +97,7 @@ def scan_cmd(
     oinv = overhead_inversions(runs)
     sigs = None
     if mechanisms:
-        from .mechanism import measure
+        from ..analysis.mechanism import measure
 
         sigs = measure(program, found, inv, policy, runtime, overhead_limit)
     if as_json:
@@ -139,7 +139,7 @@ def scan_cmd(
 def _mechanism_table(sigs):
     """One row per switch and inversion: both runs' churn, the unstable run's frontier, the flip."""
     from rich.table import Table
-    from .mechanism import MECHANISM_COLUMNS, mechanism_row
+    from ..analysis.mechanism import MECHANISM_COLUMNS, mechanism_row
 
     table = Table(title="mechanisms (reference run / unstable run)", title_justify="left")
     for col in MECHANISM_COLUMNS:
@@ -169,7 +169,7 @@ def explain_oom_cmd(
     source = resolve_source(source, traces)
     policy = _policy(policy, policies_file)
     from ..sim.simulate import budget_of, check_budget_args
-    from .oom import explain_oom, format_oom
+    from ..analysis.oom import explain_oom, format_oom
 
     check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
@@ -200,7 +200,7 @@ def estar_drift_cmd(
     """How often the reference's incremental e* differs from a fresh traversal in one run."""
     source = resolve_source(source, traces)
     from ..sim.simulate import budget_of, check_budget_args
-    from .estar import neighborhood_drift
+    from ..analysis.estar import neighborhood_drift
 
     check_budget_args(ratio, budget_bytes)
     program = _load(source, trace, policy, runtime)
@@ -224,7 +224,7 @@ BETWEEN_HELP = "Two budgets: " + BUDGET_NOTATION + "."
 
 
 def _two(source, trace, policy, runtime, between):
-    from .scan import parse_budget
+    from ..analysis.scan import parse_budget
 
     program = _load(source, trace, policy, runtime)
     a, b = (parse_budget(program, x) for x in between)
@@ -251,7 +251,7 @@ def compare_cmd(
     source = resolve_source(source, traces)
     policy = _policy(policy, policies_file)
     from rich.table import Table
-    from .churn import compare_runs
+    from ..analysis.churn import compare_runs
 
     program, a, b = _two(source, trace, policy, runtime, between)
     churn = compare_runs(program, a, b, policy, runtime, top, seed=seed, engine=engine.value)
@@ -304,7 +304,7 @@ def diverge_cmd(
     source = resolve_source(source, traces)
     policy = _policy(policy, policies_file)
     from rich.table import Table
-    from .divergence import diverge
+    from ..analysis.divergence import diverge
 
     program, a, b = _two(source, trace, policy, runtime, between)
     d = diverge(program, a, b, policy, runtime, engine=engine.value, seed=seed)
@@ -349,7 +349,7 @@ def bisect_cmd(
     source = resolve_source(source, traces)
     policy = _policy(policy, policies_file)
     from rich.table import Table
-    from .bisect import bisect_budgets
+    from ..analysis.bisect import bisect_budgets
 
     program, a, b = _two(source, trace, policy, runtime, between)
     if a.budget_bytes == b.budget_bytes:
@@ -398,7 +398,7 @@ def ablate_cmd(
     from rich.table import Table
     from ..sim.policies import ablation_policies
     from ..sim.policyfile import policies_given
-    from .ablation import ablate
+    from ..analysis.ablation import ablate
 
     names = list(dict.fromkeys([p.name for p in ablation_policies()] + policies_given(policy, policies_file, ())))
 
@@ -463,7 +463,7 @@ def rank_cmd(
     from ..sim.policies import REMEDY_POLICIES
     from ..sim.policyfile import policies_given
     from ..trace import load
-    from .rank import ALL_TRACES, figure, fine_scans, leaderboard, rank_runs, save_figure
+    from ..analysis.rank import ALL_TRACES, figure, fine_scans, leaderboard, rank_runs, save_figure
 
     if not factor > 1:
         raise UsageError(f"--factor must exceed 1, got {factor}")

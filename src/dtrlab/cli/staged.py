@@ -13,10 +13,10 @@ from typing import List, Optional
 import typer
 
 from ..capture.factory import make_step
-from ..options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT
+from .options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
 from ..errors import UsageError
-from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, steps_opt
+from .options import BYTES_OPT, JSON_OPT, RATIO_OPT, steps_opt
 from ..output import print_json
 
 OPTIMIZERS = ("none", "sgd", "adam")
@@ -80,8 +80,8 @@ def run_staged(model, script, batch, device: str, size, ratio: float | None, bud
         raise UsageError(f"--steps must be at least 1, got {steps}")
     import torch
 
-    from .graph import find_holders, lifted_state
-    from .staging import stage
+    from ..staged.graph import find_holders, lifted_state
+    from ..staged.staging import stage
 
     plain, label = _world(model, script, batch, device, size, optimizer, seed)
     step, _ = _world(model, script, batch, device, size, optimizer, seed)

@@ -12,17 +12,17 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperGroup
 
-from . import __version__
-from .coercion import plain_coercions
-from .errors import DtrlabError
-from .defaults import DEFAULT_POLICY
-from .defaults import DEFAULT_RUNTIME
+from ..version import __version__
+from ..coercion import plain_coercions
+from ..errors import DtrlabError
+from ..defaults import DEFAULT_POLICY
+from ..defaults import DEFAULT_RUNTIME
 from .options import (BYTES_OPT, ENGINE_OPT, JSON_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT,
                       RUNTIME_HELP, SEED_OPT, SOURCE_ARG, TRACES_OPT, EngineName)
-from .formats import bytes_text, count_text, ns_text, overhead_text
-from .output import console, print_json
-from .trace import resolve_source
-from .trace.fetch import DEFAULT_NAME, SHA256, URL
+from ..formats import bytes_text, count_text, ns_text, overhead_text
+from ..output import console, print_json
+from ..trace import resolve_source
+from ..trace.fetch import DEFAULT_NAME, SHA256, URL
 
 USER_ERROR_EXIT = 2
 
@@ -151,8 +151,8 @@ _INFO_ROWS = (
 
 
 def _info(program) -> dict:
-    from .sim.simulate import baseline
-    from .trace.stats import trace_stats
+    from ..sim.simulate import baseline
+    from ..trace.stats import trace_stats
 
     info = trace_stats(program).to_dict()
     # The budget ratios of `simulate` are taken of this peak; with the cache it costs nothing.
@@ -172,7 +172,7 @@ def trace_info(
 ) -> None:
     """Statistics of each trace in SOURCE: operators, tensors, storages, sizes, schedule."""
     source = resolve_source(source, traces)
-    from .trace import load
+    from ..trace import load
 
     programs = load(source, list(trace) if trace else None, cache=not no_cache, strict=strict)
     infos = [_info(p) for p in programs]
@@ -221,13 +221,13 @@ def simulate(
 ) -> None:
     """Run DTR on one trace under one memory budget and report what it cost."""
     source = resolve_source(source, traces)
-    from .sim.policies import get_policy
-    from .sim.policyfile import policy_given
-    from .sim.runtimes import get_runtime
-    from .sim.simulate import budget_of, check_budget_args, check_compatible
-    from .sim.simulate import simulate as run_simulation
-    from .trace import load_one
-    from .trace.synth import SYNTHETIC
+    from ..sim.policies import get_policy
+    from ..sim.policyfile import policy_given
+    from ..sim.runtimes import get_runtime
+    from ..sim.simulate import budget_of, check_budget_args, check_compatible
+    from ..sim.simulate import simulate as run_simulation
+    from ..trace import load_one
+    from ..trace.synth import SYNTHETIC
 
     check_budget_args(ratio, budget_bytes)
     # Check names before reading the trace: a typo should not wait for a large file.
@@ -241,7 +241,7 @@ def simulate(
                                                        engine=engine.value, progress=watch),
                           program.n_ops, overhead_limit)
     else:
-        from .schedule.emit import simulate_schedule, write_run_schedule
+        from ..schedule.emit import simulate_schedule, write_run_schedule
 
         result, schedule = _watched(lambda watch: simulate_schedule(
             program, budget, policy, runtime, overhead_limit=overhead_limit, seed=seed, engine=engine.value,
@@ -287,7 +287,7 @@ def simulate(
 def _watched(run, n_ops: int, overhead_limit: float | None):
     """run(watch) with a RunWatch: progress lines on a terminal's stderr after 2 s, a thrash said on
     stderr, and Ctrl-C ending the run with its figures so far on one line (exit 130, nothing kept)."""
-    from .sim.progress import RunInterrupted, RunWatch, Snapshot, describe
+    from ..sim.progress import RunInterrupted, RunWatch, Snapshot, describe
 
     err = console(stderr=True)
     warn = lambda line: err.print(f"dtrlab: {line}", markup=False, highlight=False)  # noqa: E731
@@ -310,8 +310,8 @@ def _watched(run, n_ops: int, overhead_limit: float | None):
 @app.command()
 def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
     """The registered eviction policies, with the reference simulator's names for them."""
-    from .sim.cengine import compiled_policy
-    from .sim.policies import POLICIES
+    from ..sim.cengine import compiled_policy
+    from ..sim.policies import POLICIES
 
     rows = [{"name": p.name, "reference": p.reference, "needs": sorted(p.needs), "formula": p.text,
              "compiled": compiled_policy(p), "description": p.description} for p in POLICIES.values()]
@@ -339,7 +339,7 @@ def traces_fetch(
     sha256: str = typer.Option(SHA256, "--sha256", metavar="HEX", help="The sha256 the file must have."),
 ) -> None:
     """Download the DTR authors' logs.zip (the public traces), check it and store it as a named set."""
-    from .trace.fetch import fetch_set, progress_bar
+    from ..trace.fetch import fetch_set, progress_bar
 
     err = console(stderr=True)
     with progress_bar(err) as progress:
@@ -362,7 +362,7 @@ def traces_add(
                                help="The sha256 the file must have (default: the public logs.zip's)."),
 ) -> None:
     """Add a logs.zip downloaded already (offline): checked as `traces fetch` checks it, then stored."""
-    from .trace.fetch import add_set
+    from ..trace.fetch import add_set
 
     stored, added = add_set(name, file, sha256)
     if added:
@@ -377,7 +377,7 @@ def traces_list(as_json: bool = typer.Option(False, "--json", help="Print a JSON
     """The fetched trace sets: name, file, size and sha256."""
     from rich.table import Table
 
-    from .trace.fetch import list_sets, sets_dir
+    from ..trace.fetch import list_sets, sets_dir
 
     sets = list_sets()
     if as_json:
@@ -398,7 +398,7 @@ def traces_list(as_json: bool = typer.Option(False, "--json", help="Print a JSON
 @traces_app.command("remove")
 def traces_remove(name: str = typer.Argument(..., metavar="NAME", help="The set to delete.")) -> None:
     """Delete a fetched trace set."""
-    from .trace.fetch import remove_set
+    from ..trace.fetch import remove_set
 
     typer.echo(f"removed {name}: {remove_set(name)}")
 
@@ -406,9 +406,9 @@ def traces_remove(name: str = typer.Argument(..., metavar="NAME", help="The set 
 # --- other modules' commands --------------------------------------------------------------------
 
 # Each of these modules, when present, adds its commands with `register(app)`.
-EXTENSIONS = ("dtrlab.sweep.commands", "dtrlab.analysis.commands", "dtrlab.report.commands",
-              "dtrlab.capture.commands", "dtrlab.timeline.commands", "dtrlab.live.commands",
-              "dtrlab.schedule.commands", "dtrlab.optimal.commands", "dtrlab.staged.commands")
+EXTENSIONS = ("dtrlab.cli.sweep", "dtrlab.cli.analysis", "dtrlab.cli.report",
+              "dtrlab.cli.capture", "dtrlab.cli.timeline", "dtrlab.cli.live",
+              "dtrlab.cli.schedule", "dtrlab.cli.optimal", "dtrlab.cli.staged")
 
 
 def _register_extensions(target: typer.Typer, names: tuple[str, ...] = EXTENSIONS) -> None:

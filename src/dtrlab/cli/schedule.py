@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from ..formats import overhead_text
 from ..errors import UsageError
-from ..options import BYTES_OPT, JSON_OPT, RATIO_OPT, TRACE_OPT
+from .options import BYTES_OPT, JSON_OPT, RATIO_OPT, TRACE_OPT
 from ..output import console, print_json
 
 
@@ -31,8 +31,8 @@ def check_cmd(
     --budget-bytes the budget is the one the schedule's header names."""
     from ..sim.simulate import budget_of, check_budget_bytes, parse_ratio
     from ..trace import load_one
-    from .check import HEADER, ScheduleError, check_schedule
-    from .format import ScheduleFileError, read_schedule_lines
+    from ..schedule.check import HEADER, ScheduleError, check_schedule
+    from ..schedule.format import ScheduleFileError, read_schedule_lines
 
     if ratio is not None and budget_bytes is not None:
         raise UsageError("give at most one of --ratio and --budget-bytes")

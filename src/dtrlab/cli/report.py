@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..optimal.commands import GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName
+from .optimal import GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName
 from ..defaults import REPORT_OVERHEAD_LIMIT
-from ..options import OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT, WORKERS_OPT
+from .options import OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT, WORKERS_OPT
 from ..output import console
 from ..trace import choose_source
 
@@ -24,7 +24,7 @@ def _claims(repro) -> Table | str:
     """The claims table; one line when no claim's trace is here (six rows saying so tell nothing)."""
     from rich.table import Table
 
-    from .claims import NOT_APPLICABLE
+    from ..report.claims import NOT_APPLICABLE
 
     if all(c.verdict.startswith(NOT_APPLICABLE) for c in repro.claims):
         return (f"claims of the study: none of the {len(repro.claims)} applies to these traces "
@@ -62,14 +62,14 @@ def reproduce_cmd(
 ) -> None:
     """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
     from ..errors import UsageError
-    from .claims import study_missing
-    from .findings import found_line, found_on
+    from ..report.claims import study_missing
+    from ..report.findings import found_line, found_on
     from ..sim.policyfile import policies_given
-    from .pipeline import reproduce
-    from .plan import SUBJECT_POLICY
-    from .study import FETCH_AND_REPRODUCE
-    from .write import new_runs_line
-    from ..optimal.commands import settings_given
+    from ..report.pipeline import reproduce
+    from ..report.plan import SUBJECT_POLICY
+    from ..report.study import FETCH_AND_REPRODUCE
+    from ..report.write import new_runs_line
+    from .optimal import settings_given
 
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
