@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 import typer.main
 
 from dtrlab import cli
@@ -85,3 +86,47 @@ def test_every_simulating_command_takes_seed_and_engine():
 def test_the_docs_table_of_shared_options_is_the_cli_s():
     assert shared_options_table() in DOC.read_text(), (
         "docs/cli.md's table of shared options differs from the CLI; the table is:\n" + shared_options_table())
+
+
+# Commands that print no result to read back: they write a file or change a store or a set.
+NO_JSON = {"results export": "writes a parquet or csv file", "results salvage": "writes a new store",
+           "traces add": "stores a trace set", "traces fetch": "downloads a trace set",
+           "traces remove": "removes a trace set"}
+
+
+def test_every_command_that_prints_a_result_takes_json():
+    table = commands()
+    lacking = {c for c, options in table.items() if "--json" not in {n for o in options for n in _names(o)[0]}}
+    assert lacking == set(NO_JSON)
+
+
+TINY = Path(__file__).resolve().parents[1] / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
+
+
+def test_sweep_json_is_the_summary_and_a_rerun_skips_every_run(tmp_path):
+    import json
+
+    from conftest import cli_invoke
+
+    args = ("sweep", TINY, "-r", "0.5,0.7,0.9", "--store", tmp_path / "s.duckdb", "-j", "1", "--json")
+    first = cli_invoke(*args)
+    assert first.exit_code == 0, first.output
+    got = json.loads(first.output)
+    assert (got["total"], got["ran"], got["skipped"], got["missing"]) == (3, 3, 0, 0)
+    (row,) = got["rows"]
+    assert row["ok"] + row["oom"] + row["remat_limit"] + row["timeout"] == 3
+    again = json.loads(cli_invoke(*args).output)
+    assert (again["total"], again["ran"], again["skipped"]) == (3, 0, 3)
+
+
+@pytest.mark.slow
+def test_reproduce_json_gives_the_claims_and_the_report(tmp_path):
+    import json
+
+    from conftest import cli_invoke
+
+    res = cli_invoke("reproduce", TINY, "--quick", "--out", tmp_path / "r", "-j", "1", "--json")
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout if hasattr(res, "stdout") else res.output)
+    assert Path(got["report"]).is_file() and got["new_runs"] == got["runs"] > 0
+    assert {c["key"] for c in got["claims"]} >= {"a1", "a2", "a3", "b1", "b2", "c", "d"}

@@ -12,8 +12,8 @@ import typer
 
 from .optimal import GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName
 from ..defaults import REPORT_OVERHEAD_LIMIT
-from .options import OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT, WORKERS_OPT
-from ..output import console
+from .options import JSON_OPT, OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT, WORKERS_OPT
+from ..output import console, print_json
 from ..trace import choose_source
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def reproduce_cmd(
     time_limit: float = TIME_LIMIT_OPT,
     solver: SolverName = SOLVER_OPT,
     gap: float = GAP_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
     from ..errors import UsageError
@@ -80,6 +81,12 @@ def reproduce_cmd(
         raise UsageError(f"--overhead-limit must exceed 1, got {overhead_limit}")
     repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
                       progress=err.is_terminal, policies=extra, optimal=settings, overhead_limit=overhead_limit)
+    if as_json:
+        print_json({"report": str(repro.out_dir / "report.html"), "new_runs": repro.new_runs,
+                    "runs": len(repro.frame), "new_solves": repro.new_solves, "wall_s": round(repro.wall_s, 3),
+                    "claims": [c.to_dict() for c in repro.claims], "beside": [b.to_dict() for b in repro.beside],
+                    "found": [found_line(f) for f in found_on(repro.curves, repro.traces, SUBJECT_POLICY)]})
+        return
     out_console = console()
     out_console.print(_claims(repro))
     for b in repro.beside:

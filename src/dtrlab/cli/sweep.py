@@ -14,9 +14,9 @@ from typer.core import TyperGroup
 from ..errors import UsageError
 from .optimal import BOUND_ONLY_OPT, GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName, settings_given
 from ..optimal.defaults import OPTIMAL_POLICY
-from .options import (ENGINE_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SEED_OPT,  # noqa: F401
+from .options import (ENGINE_OPT, JSON_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SEED_OPT,  # noqa: F401
                        SOURCE_ARG, TRACES_OPT, WORKERS_OPT, EngineName, ratios_opt)
-from ..output import console
+from ..output import console, print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
 from ..trace import resolve_source
@@ -83,6 +83,7 @@ def sweep(
     engine: EngineName = ENGINE_OPT,
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar and no summary table."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower the traces anew in this process."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Run every (trace, policy, runtime, budget) of a grid and store each result as it finishes.
 
@@ -125,19 +126,24 @@ def sweep(
                         overhead_limit=overhead_limit, seed=seed, engine=engine.value, solve=settings)
     # The executor first: an unreachable scheduler must not leave a new, empty store behind.
     with get_executor(executor.value, workers, scheduler) as ex, Store(store) as opened:
-        summary = run_sweep(specs, opened, ex, timeout_s=timeout, progress=not no_progress,
-                            report=not no_progress and not refine)
+        quiet = no_progress or as_json
+        summary = run_sweep(specs, opened, ex, timeout_s=timeout, progress=not quiet,
+                            report=not quiet and not refine)
         if refine and not summary.interrupted:
             refined = refinement(
                 specs, opened, {p.sha256: p for p in programs}, refine, refine_factor, refine_rounds,
-                lambda every, new: run_sweep(every, opened, ex, timeout_s=timeout, progress=not no_progress,
+                lambda every, new: run_sweep(every, opened, ex, timeout_s=timeout, progress=not quiet,
                                              report=False),
                 lambda round_, n: typer.echo(f"refinement round {round_}: {n} new budgets", err=True))
             summary = refined.summary or summary
-        if refine and not no_progress:
+        if refine and not quiet:
             from ..sweep.run import summary_table
 
             console().print(summary_table(summary))
+    if as_json:
+        print_json({"store": str(store), "total": summary.total, "skipped": summary.skipped, "ran": summary.ran,
+                    "missing": summary.missing, "wall_s": round(summary.wall_s, 3), "lost": list(summary.lost),
+                    "rows": [dict(r.__dict__) for r in summary.rows]})
     if summary.interrupted:
         raise typer.Exit(interrupted_exit_status(summary.stop_signal))
     if ex.lost:  # said run by run above; not the user's mistake, but not a whole sweep either
