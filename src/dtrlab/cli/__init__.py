@@ -443,7 +443,3 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("dtrlab: aborted", err=True)
         code = 1
     sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

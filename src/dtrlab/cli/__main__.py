@@ -1,0 +1,5 @@
+"""`python -m dtrlab.cli`: the dtrlab command."""
+
+from . import main
+
+main()
