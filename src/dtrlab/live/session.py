@@ -215,44 +215,7 @@ class LiveSession(TorchDispatchMode):
         if engine == "c" and not compiled:
             raise UsageError("the compiled engine follows only a plan, with a policy it runs (not built, "
                              "no plan, or a policy written as a Python function)")
-        if self._plan is None:
-            self.namer = Namer(own_releases=True)
-            self.lowering = Lowering("<live step>")
-            self.engine: FollowedEngine = Engine.follow(self.lowering.builder, self, budget_bytes, self.policy,
-                                                        runtime, seed)
-            b = self.lowering.builder
-            self._op_start, self._op_cost = b.op_out_start, b.op_cost  # they grow as the step is lowered
-            lowering: LoweringEngine = self.engine
-            self._on_storage = lowering.s_tensors  # each storage's tensors (the engine's, growing)
-            self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
-            self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
-            self.recipes: list[Recipe | None] = []  # per engine operator
-            self._constants: dict[str, torch.Tensor] = {}  # constant name -> the caller's tensor
-            self._fed = 0  # instructions of the namer's lowered so far
-            self._windowed = None  # every tensor's window is kept (a move may take it again)
-        else:
-            program = self._plan.program
-            if compiled and engine != "python":
-                self.engine = cengine.Follower(program, self, budget_bytes, self.policy, runtime, seed,
-                                               fixed_costs=clock == LOGICAL)
-            else:
-                self.engine = Engine.follow_program(program, self, budget_bytes, self.policy, runtime, seed)
-            self._op_start, self._op_cost = program.op_out_start.tolist(), program.op_cost_ns.tolist()
-            self._on_storage = self._plan.storage_tensors
-            self.values = [None] * program.n_tensors
-            self.windows = [None] * program.n_tensors
-            self.recipes = [None] * program.n_ops
-            self._group = 0  # the plan's next Group
-            self._named = 0  # the plan's constants met so far
-            self._const_obj: dict[int, torch.Tensor] = {}  # id -> the caller's tensor (held: its id stays its own)
-            self._const_tid: dict[int, int] = {}  # id of a caller's tensor -> its current version's tensor
-            self._const_first: dict[int, int] = {}  # id of a caller's tensor -> its CONSTANT's tensor
-            self._const_of: dict[int, int] = {}  # a constant's current version -> the caller's tensor's id
-            self._const_value: dict[int, torch.Tensor] = {}  # a constant's tensor -> its value (an alias)
-            self._moved = {old for g in self._plan.groups for old, _ in g.moves}
-            self._windowed = {old for _, old in self._plan.rebound.values()}  # the windows the moves take
-            self._movable: dict[int, weakref.ref] = {}  # a tensor a MUTATE moves -> its wrapper
-            self._ops = 0
+        self._setup(engine, runtime, seed, compiled)
         self.engine_name = "c" if isinstance(self.engine, cengine.Follower) else "python"
         self._dispatch: _Dispatch | None = None
         self._stopped: BaseException | None = None  # the error that stopped the step (_guarded)
@@ -267,6 +230,17 @@ class LiveSession(TorchDispatchMode):
         # them: unplanned, every operator's; planned, only the results of an operator that also
         # writes (the trace's CALL after its MUTATE makes room once the operator has run).
         self.early_bytes = 0
+
+    def __new__(cls, *args, **kwargs):
+        # LiveSession(...) is the planned or the unplanned session, as its plan says
+        if cls is LiveSession:
+            plan = kwargs.get("plan", args[3] if len(args) > 3 else None)
+            cls = PlannedSession if plan is not None else UnplannedSession
+        return super().__new__(cls)
+
+    def _setup(self, engine: str, runtime, seed: int, compiled: bool) -> None:
+        """The engine and the per-tensor state: the planned or the unplanned session's own."""
+        raise NotImplementedError
 
     @property
     def plan(self) -> tuple[Instruction, ...] | None:
@@ -300,12 +274,15 @@ class LiveSession(TorchDispatchMode):
     @property
     def operators(self) -> int:
         """The step's operators that made or wrote tensors (its trace's CALLs and MUTATEs)."""
-        return self.namer.operators if self._plan is None else self._ops
+        raise NotImplementedError
+
+    def _constant_values(self):
+        """The constants' values (aliases of the caller's tensors)."""
+        raise NotImplementedError
 
     def constant_bytes(self) -> dict[int, int]:
         """The constants' storages: data pointer -> bytes."""
-        held = self._constants.values() if self._plan is None else self._const_value.values()
-        return {data_ptr(t): t.untyped_storage().nbytes() for t in held}
+        return {data_ptr(t): t.untyped_storage().nbytes() for t in self._constant_values()}
 
     def held(self) -> list[torch.Tensor]:
         """Every value the session holds (constants included): what its memory is."""
@@ -321,12 +298,7 @@ class LiveSession(TorchDispatchMode):
 
     def tensor_id(self, t: torch.Tensor) -> int | None:
         """The engine's tensor for a live tensor or a constant of this session (None if unnamed)."""
-        if self._plan is not None:
-            if isinstance(t, LiveTensor) and t._session is self:
-                return t._tid
-            return self._const_tid.get(id(t))
-        name = self.namer.name(t)
-        return None if name is None else self.lowering.bound.get(name)
+        raise NotImplementedError
 
     # --- the mode --------------------------------------------------------------------------
     def __enter__(self):
@@ -335,13 +307,16 @@ class LiveSession(TorchDispatchMode):
         self._open = True
         self._entered = sys._getframe(1)  # the frame of the `with`: the user's line is looked for below it
         self._replayed = replay_views(True)  # as the recorder records the step (naming.replay_views)
-        if self._plan is None:
-            self.namer.start()
-            self._sync_source()
-        else:  # as the namer does: a tensor in a reference cycle must not die where a collection ran
-            self._gc_was_on = gc.isenabled()
-            gc.disable()
+        self._start()
         return super().__enter__()
+
+    def _start(self) -> None:
+        """What the session's kind does as the step begins."""
+        raise NotImplementedError
+
+    def _stop(self) -> None:
+        """What the session's kind undoes as the step ends."""
+        raise NotImplementedError
 
     def __exit__(self, exc_type, exc, tb):
         result = super().__exit__(exc_type, exc, tb)
@@ -355,10 +330,7 @@ class LiveSession(TorchDispatchMode):
             replay_views(self._replayed)
             self._open = False
             self.finished = True
-            if self._plan is None:
-                self.namer.stop()
-            elif self._gc_was_on:
-                gc.enable()
+            self._stop()
         return result
 
     def dispatch(self, func, args, kwargs):
@@ -370,15 +342,7 @@ class LiveSession(TorchDispatchMode):
         info = _op_info(func)
         if info.refused:
             raise UsageError(info.refused)
-        if self._plan is not None:
-            try:
-                result = self._planned(func, info, args, kwargs or {})
-            except PlanMismatch as exc:  # the step stops there: what unwinds runs plainly (_after_stop)
-                self._stopped = exc
-                raise
-        else:
-            with self.namer.lock, _disable_current_modes():
-                result = self._unplanned(func, args, kwargs or {})
+        result = self._operator(func, info, args, kwargs or {})
         if self._after_op is not None:
             self._after_op(self)
         return result
@@ -495,11 +459,7 @@ class LiveSession(TorchDispatchMode):
     def _first_run(self, d: _Dispatch, r: Recipe) -> None:
         """The operator's one first run, on its arguments' values, and its results' wrappers."""
         d.run = execute(r, [self.values[a] for a in r.args], replay=False)
-        if self._plan is not None:
-            self._check_results(d)
-        else:
-            d.wrappers = [LiveTensor(self, v) for v in d.run.results]
-            self._name_results(d)
+        self._after_first_run(d)
 
     def _returned(self, d: _Dispatch):
         """What the operator returns to its caller: its own objects for what it was given (an
@@ -526,16 +486,76 @@ class LiveSession(TorchDispatchMode):
     def _finish(self) -> None:
         """Take the schedule to its end (the trace's final PINs: what is still alive), then copy each
         written constant's final version into the caller's tensor."""
-        if self._plan is not None:
-            written = self._finish_planned()
-        else:
-            written = self._finish_unplanned()
+        written = self._written_at_the_end()
         done: set[int] = set()
         for t, tid in written:
             ptr = data_ptr(t)
             if ptr not in done:
                 done.add(ptr)
                 t.untyped_storage().copy_(self.values[tid].untyped_storage())
+
+
+class PlannedSession(LiveSession):
+    """A session that follows its plan (a capture of the same step): operators are matched to the
+    plan's Groups and the engine walks the plan's program."""
+
+    def _setup(self, engine: str, runtime, seed: int, compiled: bool) -> None:
+        program = self._plan.program
+        if compiled and engine != "python":
+            self.engine = cengine.Follower(program, self, self.budget_bytes, self.policy, runtime, seed,
+                                           fixed_costs=self.clock == LOGICAL)
+        else:
+            self.engine = Engine.follow_program(program, self, self.budget_bytes, self.policy, runtime, seed)
+        self._op_start, self._op_cost = program.op_out_start.tolist(), program.op_cost_ns.tolist()
+        self._on_storage = self._plan.storage_tensors
+        self.values = [None] * program.n_tensors
+        self.windows = [None] * program.n_tensors
+        self.recipes = [None] * program.n_ops
+        self._group = 0  # the plan's next Group
+        self._named = 0  # the plan's constants met so far
+        self._const_obj: dict[int, torch.Tensor] = {}  # id -> the caller's tensor (held: its id stays its own)
+        self._const_tid: dict[int, int] = {}  # id of a caller's tensor -> its current version's tensor
+        self._const_first: dict[int, int] = {}  # id of a caller's tensor -> its CONSTANT's tensor
+        self._const_of: dict[int, int] = {}  # a constant's current version -> the caller's tensor's id
+        self._const_value: dict[int, torch.Tensor] = {}  # a constant's tensor -> its value (an alias)
+        self._moved = {old for g in self._plan.groups for old, _ in g.moves}
+        self._windowed = {old for _, old in self._plan.rebound.values()}  # the windows the moves take
+        self._movable: dict[int, weakref.ref] = {}  # a tensor a MUTATE moves -> its wrapper
+        self._ops = 0
+
+    @property
+    def operators(self) -> int:
+        return self._ops
+
+    def _constant_values(self):
+        return self._const_value.values()
+
+    def tensor_id(self, t: torch.Tensor) -> int | None:
+        if isinstance(t, LiveTensor) and t._session is self:
+            return t._tid
+        return self._const_tid.get(id(t))
+
+    def _start(self) -> None:
+        # as the namer does: a tensor in a reference cycle must not die where a collection ran
+        self._gc_was_on = gc.isenabled()
+        gc.disable()
+
+    def _stop(self) -> None:
+        if self._gc_was_on:
+            gc.enable()
+
+    def _operator(self, func, info: _OpInfo, args, kwargs):
+        try:
+            return self._planned(func, info, args, kwargs)
+        except PlanMismatch as exc:  # the step stops there: what unwinds runs plainly (_after_stop)
+            self._stopped = exc
+            raise
+
+    def _after_first_run(self, d: _Dispatch) -> None:
+        self._check_results(d)
+
+    def _written_at_the_end(self) -> list[tuple[torch.Tensor, int]]:
+        return self._finish_planned()
 
     # --- planned: following the plan's Groups ---------------------------------------------------
     def _planned(self, func, info: _OpInfo, args, kwargs):
@@ -684,6 +704,56 @@ class LiveSession(TorchDispatchMode):
                                f"instructions are not run")
         self._guarded(self.engine.step_to, len(plan.program.step_kind))
         return [(self._const_obj[key], tid) for key, tid in self._const_tid.items() if tid != self._const_first[key]]
+
+
+class UnplannedSession(LiveSession):
+    """A session with no plan: each operator is named and lowered as it runs, and the Python
+    engine follows the program as it grows."""
+
+    def _setup(self, engine: str, runtime, seed: int, compiled: bool) -> None:
+        self.namer = Namer(own_releases=True)
+        self.lowering = Lowering("<live step>")
+        self.engine: FollowedEngine = Engine.follow(self.lowering.builder, self, self.budget_bytes, self.policy,
+                                                    runtime, seed)
+        b = self.lowering.builder
+        self._op_start, self._op_cost = b.op_out_start, b.op_cost  # they grow as the step is lowered
+        lowering: LoweringEngine = self.engine
+        self._on_storage = lowering.s_tensors  # each storage's tensors (the engine's, growing)
+        self.values: list[torch.Tensor | None] = []  # per engine tensor: its value, or None
+        self.windows: list = []  # per engine tensor: its window on its storage (set when first made)
+        self.recipes: list[Recipe | None] = []  # per engine operator
+        self._constants: dict[str, torch.Tensor] = {}  # constant name -> the caller's tensor
+        self._fed = 0  # instructions of the namer's lowered so far
+        self._windowed = None  # every tensor's window is kept (a move may take it again)
+
+    @property
+    def operators(self) -> int:
+        return self.namer.operators
+
+    def _constant_values(self):
+        return self._constants.values()
+
+    def tensor_id(self, t: torch.Tensor) -> int | None:
+        name = self.namer.name(t)
+        return None if name is None else self.lowering.bound.get(name)
+
+    def _start(self) -> None:
+        self.namer.start()
+        self._sync_source()
+
+    def _stop(self) -> None:
+        self.namer.stop()
+
+    def _operator(self, func, info: _OpInfo, args, kwargs):
+        with self.namer.lock, _disable_current_modes():
+            return self._unplanned(func, args, kwargs)
+
+    def _after_first_run(self, d: _Dispatch) -> None:
+        d.wrappers = [LiveTensor(self, v) for v in d.run.results]
+        self._name_results(d)
+
+    def _written_at_the_end(self) -> list[tuple[torch.Tensor, int]]:
+        return self._finish_unplanned()
 
     # --- unplanned: naming and lowering each operator as it runs ---------------------------------
     def _sync_source(self) -> None:
