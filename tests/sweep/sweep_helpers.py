@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,30 @@ def result_rows(frame):
     """A store's rows as comparable dicts in key order (NaN made None so that rows compare)."""
     rows = frame.sort_values("key")[RESULT_COLUMNS].astype(object)
     return rows.where(rows.notna(), None).to_dict("records")
+
+
+# --- a run that cannot end before its timeout -------------------------------------------------------
+
+HOLD = "DTRLAB_TEST_HOLD_SCORES"  # set in the environment: held_dtr never returns
+HELD_DTR = "sweep_helpers:held_dtr"  # its import path: a worker process imports it (tests/sweep on PYTHONPATH)
+
+
+def held_dtr(f):
+    """DTR's score, which blocks for good while HOLD is set: a run that no timeout can outlast, however
+    fast the machine. A worker reads HOLD from the environment it was started with."""
+    if os.environ.get(HOLD):
+        threading.Event().wait()
+    den = f.size_bytes * f.staleness_ns
+    return (f.compute_ns + f.neighborhood_ns) / den if den > 0 else float("inf")
+
+
+held_dtr.needs = ("regions",)  # formula.NEIGHBORHOOD: e*, kept by the optimized runtimes
+
+
+@pytest.fixture
+def held_runs(monkeypatch):
+    """Workers started now import held_dtr and hold; `release()` lets the workers started after it run."""
+    here = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv(HOLD, "1")
+    return lambda: monkeypatch.delenv(HOLD)

@@ -5,10 +5,11 @@ rows, row for row, through the real CLI."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
@@ -27,9 +28,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _dask(*args: str) -> subprocess.Popen:
+def _dask(*args: str, stderr=subprocess.DEVNULL) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=os.environ.copy())
+                            stderr=stderr, env=os.environ.copy(), text=True)
+
+
+def _await_line(proc: subprocess.Popen, text: str) -> None:
+    """Read the process's log (stderr) until a line holds `text`, then drain the rest in a thread, so
+    that the process never blocks on a full pipe."""
+    for line in proc.stderr:
+        if text in line:
+            threading.Thread(target=shutil.copyfileobj, args=(proc.stderr, open(os.devnull, "w")),
+                             daemon=True).start()
+            return
+    raise RuntimeError(f"`dask {proc.args[3]}` ended (exit status {proc.wait()}) before logging {text!r}")
 
 
 @pytest.fixture
@@ -38,17 +50,12 @@ def cluster():
     address = f"tcp://127.0.0.1:{port}"
     from distributed import Client
 
-    procs = [_dask("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")]
+    procs = [_dask("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard",
+                   stderr=subprocess.PIPE)]
     client = None
     try:
-        deadline = time.monotonic() + 60
-        while client is None:
-            try:
-                client = Client(address, timeout="2s")
-            except OSError:
-                if time.monotonic() > deadline or procs[0].poll() is not None:
-                    raise
-                time.sleep(0.3)
+        _await_line(procs[0], "Scheduler at:")  # it logs this once it listens
+        client = Client(address, timeout="60s")
         procs += [_dask("worker", address, "--nthreads", "1", "--no-dashboard", "--name", f"w{i}")
                   for i in range(2)]
         client.wait_for_workers(2, timeout=60)
