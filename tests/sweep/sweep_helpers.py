@@ -58,6 +58,7 @@ def result_rows(frame):
 
 HOLD = "DTRLAB_TEST_HOLD_SCORES"  # set in the environment: held_dtr never returns
 HELD_DTR = "sweep_helpers:held_dtr"  # its import path: a worker process imports it (tests/sweep on PYTHONPATH)
+HERE = Path(__file__).resolve().parent
 
 
 def held_dtr(f):
@@ -70,12 +71,3 @@ def held_dtr(f):
 
 
 held_dtr.needs = ("regions",)  # formula.NEIGHBORHOOD: e*, kept by the optimized runtimes
-
-
-@pytest.fixture
-def held_runs(monkeypatch):
-    """Workers started now import held_dtr and hold; `release()` lets the workers started after it run."""
-    here = str(Path(__file__).resolve().parent)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    monkeypatch.setenv(HOLD, "1")
-    return lambda: monkeypatch.delenv(HOLD)

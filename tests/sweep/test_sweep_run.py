@@ -18,8 +18,7 @@ from dtrlab.sim.simulate import budget_from_ratio
 from dtrlab.sweep.run import refine_specs, run_sweep
 from dtrlab.sweep.store import Store, results_dataframe
 from dtrlab.sweep.worker import Worker
-from sweep_helpers import (HELD_DTR, TRACES, held_runs, needs_shared, oracle, program,  # noqa: F401 (a fixture)
-                           resnet_specs, result_rows)
+from sweep_helpers import HELD_DTR, HERE, HOLD, TRACES, needs_shared, oracle, program, resnet_specs, result_rows
 
 pytestmark = needs_shared
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -175,6 +174,15 @@ def test_kill_minus_nine_then_resume_stores_every_run_once(tmp_path):
 
 
 # --- timeouts ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def held_runs(monkeypatch):
+    """Workers started now import held_dtr (from tests/sweep) and hold; `release()`, the fixture's value,
+    lets the workers started after it run to the end."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv(HOLD, "1")
+    return lambda: monkeypatch.delenv(HOLD)
 
 
 def test_a_run_past_its_timeout_is_stopped_by_killing_its_process(held_runs):
