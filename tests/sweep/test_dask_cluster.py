@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from dtrlab.cli import main
+from conftest import cli_invoke
 from dtrlab.sweep.store import results_dataframe
 from sweep_helpers import TRACES, needs_shared, result_rows
 
@@ -29,6 +29,7 @@ def _free_port() -> int:
 
 
 def _dask(*args: str, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    # Processes of their own: a cluster's scheduler and workers are what the test is about.
     return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=subprocess.DEVNULL,
                             stderr=stderr, env=os.environ.copy(), text=True)
 
@@ -73,12 +74,6 @@ def cluster():
                 p.kill()
 
 
-def _sweep(argv) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        main(["sweep", str(TRACES), *argv])
-    assert exit_.value.code == 0
-
-
 def _tasks_done(client) -> int:
     """How many runs the scheduler saw finish on its workers (tasks are named by their function,
     the leading underscore dropped; a finished task has passed through the state "memory")."""
@@ -92,8 +87,8 @@ def _tasks_done(client) -> int:
 def test_a_cluster_of_processes_gives_the_local_rows(cluster, tmp_path):
     address, client = cluster
     local, remote = tmp_path / "local.duckdb", tmp_path / "remote.duckdb"
-    _sweep([*ARGS, "--store", str(local), "--workers", "2"])
-    _sweep([*ARGS, "--store", str(remote), "--executor", "dask", "--scheduler", address])
+    cli_invoke("sweep", TRACES, *ARGS, "--store", local, "--workers", "2", check=True)
+    cli_invoke("sweep", TRACES, *ARGS, "--store", remote, "--executor", "dask", "--scheduler", address, check=True)
     rows = result_rows(results_dataframe(remote))
     assert len(rows) == 8
     assert rows == result_rows(results_dataframe(local))
