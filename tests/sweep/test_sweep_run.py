@@ -128,6 +128,7 @@ def test_kill_minus_nine_then_resume_stores_every_run_once(tmp_path):
     script.write_text(SCRIPT)
     path = tmp_path / "killed.duckdb"
     env = dict(os.environ, PYTHONPATH=str(SRC))
+    # A process of its own: kill -9 of a sweep and its orphaned workers are the test.
     # The pure-Python engine keeps every run slow enough to be caught mid-sweep.
     argv = [sys.executable, str(script), str(TRACES), str(path), "python"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
