@@ -1,6 +1,7 @@
 """Shared fixtures: where ../shared is, the lowered public traces (read once per session), and the
 requirements a test may declare (`needs_shared`, `needs_compiled`), which skip on a user's machine and
-fail in CI (DTRLAB_REQUIRE_SHARED=1, DTRLAB_REQUIRE_COMPILED=1) so that a safety net never goes quiet."""
+fail in CI (DTRLAB_REQUIRE_SHARED=1, DTRLAB_REQUIRE_COMPILED=1) so that a safety net never goes quiet; and
+`cli_invoke`, the one way tests run a dtrlab command in-process."""
 
 from __future__ import annotations
 

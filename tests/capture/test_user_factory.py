@@ -4,10 +4,10 @@ each is one line naming the user's file and line, exit status 2; their own frame
 from __future__ import annotations
 
 import pytest
-from conftest import cli_invoke
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
+from conftest import cli_invoke  # noqa: E402
 
 COMMANDS = {"capture": ["--out", "{tmp}/out.log"], "run": ["--ratio", "0.8", "--steps", "1"]}
 
