@@ -1,6 +1,7 @@
 """Shared fixtures: where ../shared is, the lowered public traces (read once per session), and the
 requirements a test may declare (`needs_shared`, `needs_compiled`), which skip on a user's machine and
-fail in CI (DTRLAB_REQUIRE_SHARED=1, DTRLAB_REQUIRE_COMPILED=1) so that a safety net never goes quiet."""
+fail in CI (DTRLAB_REQUIRE_SHARED=1, DTRLAB_REQUIRE_COMPILED=1) so that a safety net never goes quiet; and
+`cli_invoke`, the one way tests run a dtrlab command in-process."""
 
 from __future__ import annotations
 
@@ -122,11 +123,55 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DTRLAB_DATA_DIR", str(tmp_path_factory.mktemp("dtrlab-data")))
 
 
-def cli_invoke(*args):
-    """Run one dtrlab command in-process (typer's CliRunner) with `args` as strings: the one way
-    tests drive the CLI when they read its exit code and output."""
-    from typer.testing import CliRunner
+class CliResult:
+    """What `cli_invoke` gives: typer's testing Result (`exit_code`, `stdout`, `stderr`, `output`, the
+    two interleaved, and `exception`, a bug in dtrlab), which also unpacks as (exit_code, stdout, stderr)."""
 
-    from dtrlab.cli import app
+    def __init__(self, result) -> None:
+        self._result = result
 
-    return CliRunner().invoke(app, [str(a) for a in args])
+    def __getattr__(self, name):
+        return getattr(self._result, name)
+
+    def __iter__(self):
+        return iter((self.exit_code, self.stdout, self.stderr))
+
+    def __repr__(self) -> str:
+        return repr(self._result)
+
+
+def cli_invoke(*args, input: str | None = None, env: dict[str, str | None] | None = None,
+               check: bool = False) -> CliResult:
+    """Run one dtrlab command in-process, as the `dtrlab` console script (`dtrlab.cli.main`) runs it,
+    with `args` as strings: the one way tests drive the CLI when they read its exit code and output.
+
+    A user's mistake is exit code 2 and one line on stderr; a bug is kept in `exception`, with its
+    traceback. `input` is stdin; `env` sets (None: unsets) environment variables for this run only;
+    `check` asserts that the command succeeded, as subprocess.run's does."""
+    import sys
+    import traceback
+
+    from typer.testing import CliRunner, Result
+
+    from dtrlab.cli import main
+
+    runner = CliRunner()
+    exception = exc_info = None
+    with runner.isolation(input=input, env=env) as (stdout, stderr, output):
+        try:
+            main([str(a) for a in args])
+            code = 0  # pragma: no cover - main always exits
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception as exc:  # a bug: kept for the test to show
+            code, exception, exc_info = 1, exc, sys.exc_info()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        streams = stdout.getvalue(), stderr.getvalue(), output.getvalue()
+    result = CliResult(Result(runner, *streams, return_value=None, exit_code=code, exception=exception,
+                              exc_info=exc_info))
+    if check:
+        shown = "".join(traceback.format_exception(*exc_info)) if exc_info else result.stderr
+        assert code == 0, f"dtrlab {' '.join(map(str, args))}: exit code {code}\n{shown}"
+    return result

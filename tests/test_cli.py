@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import dtrlab.cli as cli
 from conftest import REFERENCE, TRACES, needs_shared, parity_rows
 from conftest import cli_invoke as run
-from dtrlab.cli import app, main
+from dtrlab.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
@@ -213,29 +213,25 @@ def test_policies_lists_names_reference_aliases_and_descriptions():
 # --- main(): the console script's contract -------------------------------------------------------------
 
 
-def test_main_turns_click_usage_errors_into_one_line(capsys):
+def test_main_turns_click_usage_errors_into_one_line():
     for argv, fragment in ((["simulate", str(TINY), "--ratio", "abc"], "--ratio"),
                            (["simulate", str(TINY), "--bogus"], "No such option: --bogus"),
                            (["nope"], "No such command")):
-        with pytest.raises(SystemExit) as info:
-            main(argv)
-        assert info.value.code == 2
-        err = capsys.readouterr().err.splitlines()
+        code, _, err = run(*argv)
+        assert code == 2
+        err = err.splitlines()
         assert len(err) == 1 and err[0].startswith("dtrlab: ") and fragment in err[0]
 
 
-def test_main_user_error_and_success(capsys, tmp_path):
-    with pytest.raises(SystemExit) as info:
-        main(["trace", "info", str(tmp_path / "missing.log")])
-    assert info.value.code == 2
-    assert capsys.readouterr().err == f"dtrlab: {tmp_path / 'missing.log'}: no such file or folder\n"
-    with pytest.raises(SystemExit) as info:
-        main(["trace", "info", str(TINY), "--json"])
-    assert info.value.code == 0
-    assert json.loads(capsys.readouterr().out)["name"] == "tiny"
-    with pytest.raises(SystemExit) as info:
-        main([])
-    assert info.value.code == 0 and "simulate" in capsys.readouterr().out
+def test_main_user_error_and_success(tmp_path):
+    code, _, err = run("trace", "info", tmp_path / "missing.log")
+    assert code == 2
+    assert err == f"dtrlab: {tmp_path / 'missing.log'}: no such file or folder\n"
+    code, out, _ = run("trace", "info", TINY, "--json")
+    assert code == 0
+    assert json.loads(out)["name"] == "tiny"
+    code, out, _ = run()
+    assert code == 0 and "simulate" in out
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch):
@@ -245,16 +241,16 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
         raise RuntimeError("a bug in dtrlab")
 
     monkeypatch.setattr(stats, "trace_stats", broken)
-    result = run("trace", "info", TINY)
+    result = run("trace", "info", TINY)  # through main, which lets a bug through with its traceback
     assert isinstance(result.exception, RuntimeError) and result.exit_code == 1
-    with pytest.raises(RuntimeError, match="a bug in dtrlab"):
-        main(["trace", "info", str(TINY)])
+    assert str(result.exception) == "a bug in dtrlab" and result.stderr == ""
 
 
 def test_console_script_prints_one_line_for_a_bad_trace(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"INSTRUCTION":"CONSTANT","NAME":"a"}\n{"INSTRUCTION":"MEMORY","NAME":"a"}\n')
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "DTRLAB_CACHE_DIR": str(tmp_path / "cache")}
+    # A real process: the exit status and the streams a fresh interpreter leaves, as a shell sees them.
     proc = subprocess.run([sys.executable, "-c", "from dtrlab.cli import main; main()", "trace", "info", str(path)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
@@ -281,7 +277,7 @@ def test_extension_modules_register_their_commands(tmp_path, monkeypatch):
         pass
 
     cli._register_extensions(target, ("dtrlab_ext_ok", "dtrlab_ext_absent", "dtrlab_ext_absent.sub"))
-    result = CliRunner().invoke(target, ["hello"])
+    result = CliRunner().invoke(target, ["hello"])  # an app of the test's own, not dtrlab's: no cli_invoke
     assert result.exit_code == 0 and "hello from an extension" in result.stdout
     # a module that exists but misses a dependency is a bug, not an absent extension
     with pytest.raises(ModuleNotFoundError) as info:
@@ -295,11 +291,11 @@ def test_source_defaults_to_the_shipped_traces():
 
     names = {p.name for p in load(shipped_traces())}
     assert {"resnet32", "lstm"} <= names
-    res = CliRunner().invoke(app, ["simulate", "--trace", "resnet32", "--ratio", "0.5", "--json"])
+    res = run("simulate", "--trace", "resnet32", "--ratio", "0.5", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["trace"] == "resnet32" and out["outcome"] in ("ok", "oom")
-    res = CliRunner().invoke(app, ["trace", "info", "--json"])
+    res = run("trace", "info", "--json")
     assert res.exit_code == 0 and {t["name"] for t in json.loads(res.output)} == names
 
 
@@ -309,7 +305,8 @@ HEAVY = ("duckdb", "numpy", "pandas", "matplotlib", "dask", "pyarrow", "jinja2",
 
 
 def _modules_after(code: str, *argv: str, tmp_path: Path) -> set[str]:
-    """The top-level modules a fresh interpreter holds after running `code` with argv."""
+    """The top-level modules a fresh interpreter holds after running `code` with argv (a process of its
+    own: this one has imported everything already)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "DTRLAB_CACHE_DIR": str(tmp_path / "cache")}
     wrapped = (f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
                "import sys, json\nprint('MODULES=' + json.dumps(sorted(sys.modules)))")

@@ -114,6 +114,7 @@ def test_every_dtrlab_parameter_gets_a_plain_converter():
 
 
 def test_a_bad_value_is_one_line_from_the_console_script():
+    # A real process: the console script's exit status and streams, as a shell sees them.
     proc = subprocess.run([sys.executable, "-c", "from dtrlab.cli import main; main()", "simulate",
                            "--ratio", "half"], capture_output=True, text=True)
     assert proc.returncode == 2

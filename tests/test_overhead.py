@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import cli_invoke
 from dtrlab.analysis.runs import runs_of
-from dtrlab.cli import main
 from dtrlab.formats import overhead_text
 from dtrlab.sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT, run_overhead
 from dtrlab.sim.simulate import budget_from_ratio, simulate
@@ -22,14 +22,6 @@ from dtrlab.trace import load_one, shipped_traces
 
 TINY = str(Path(shipped_traces()).parent / "examples" / "tiny.jsonl")
 OOM_RATIO, OK_RATIO = 0.3, 0.9  # tiny's outcomes there (asserted below, from the simulator)
-
-
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    assert exit_info.value.code == 0, out.err
-    return out.out
 
 
 @pytest.fixture(scope="module")
@@ -60,44 +52,46 @@ def test_the_one_formatter():
     assert overhead_text(1.23456) == "1.235" and overhead_text(1.23456, 6) == "1.234560"
 
 
-def test_simulate_shows_no_overhead_for_an_oom_run(tiny, capsys):
-    table = _run(["simulate", TINY, "-r", str(OOM_RATIO)], capsys)
+def test_simulate_shows_no_overhead_for_an_oom_run(tiny):
+    table = cli_invoke("simulate", TINY, "-r", str(OOM_RATIO), check=True).stdout
     row = next(line for line in table.splitlines() if " overhead " in line)
     assert row.split("│")[2].strip() == "-"
-    assert json.loads(_run(["simulate", TINY, "-r", str(OOM_RATIO), "--json"], capsys))["overhead"] is None
-    ok = json.loads(_run(["simulate", TINY, "-r", str(OK_RATIO), "--json"], capsys))
+    oom = json.loads(cli_invoke("simulate", TINY, "-r", str(OOM_RATIO), "--json", check=True).stdout)
+    assert oom["overhead"] is None
+    ok = json.loads(cli_invoke("simulate", TINY, "-r", str(OK_RATIO), "--json", check=True).stdout)
     assert ok["overhead"] == _result(tiny, OK_RATIO).overhead
 
 
-def test_bisect_shows_no_overhead_for_the_oom_side(tiny, capsys):
+def test_bisect_shows_no_overhead_for_the_oom_side(tiny):
     argv = ["bisect", TINY, "--between", str(OOM_RATIO), str(OK_RATIO)]
-    found = json.loads(_run(argv + ["--json"], capsys))
+    found = json.loads(cli_invoke(*argv, "--json", check=True).stdout)
     (b,) = found["boundaries"]
     assert (b["lo"]["outcome"], b["lo"]["overhead"]) == (OOM, None)
     hi = simulate(tiny, b["hi"]["budget_bytes"], "dtr", "eager-optimized")
     assert b["hi"]["overhead"] == hi.overhead
-    row = next(line for line in _run(argv, capsys).splitlines() if f"{b['lo']['budget_bytes']:,}" in line)
+    table = cli_invoke(*argv, check=True).stdout
+    row = next(line for line in table.splitlines() if f"{b['lo']['budget_bytes']:,}" in line)
     assert [c.strip() for c in row.split("│")[1:-1]] == [
         f"{b['lo']['budget_bytes']:,}", OOM, "-", f"{b['hi']['budget_bytes']:,}", OK, f"{hi.overhead:.4f}", "yes"]
 
 
-def test_timeline_shows_no_overhead_for_an_oom_run(tmp_path, capsys):
-    line = _run(["timeline", TINY, "-r", str(OOM_RATIO), "-f", "perfetto", "--out", str(tmp_path / "t.json")],
-                capsys)
+def test_timeline_shows_no_overhead_for_an_oom_run(tmp_path):
+    line = cli_invoke("timeline", TINY, "-r", str(OOM_RATIO), "-f", "perfetto", "--out", tmp_path / "t.json",
+                      check=True).stdout
     assert f"at ratio {OOM_RATIO:g}: oom, overhead - (" in line
 
 
-def test_compare_shows_no_overhead_for_an_oom_run(tiny, capsys):
-    table = _run(["compare", TINY, "--between", str(OOM_RATIO), str(OK_RATIO)], capsys)
+def test_compare_shows_no_overhead_for_an_oom_run(tiny):
+    table = cli_invoke("compare", TINY, "--between", str(OOM_RATIO), str(OK_RATIO), check=True).stdout
     row = next(line for line in table.splitlines() if line.startswith("│ overhead "))
     assert [c.strip() for c in row.split("│")[2:-1]] == ["-", f"{_result(tiny, OK_RATIO).overhead:.4f}"]
-    sides = json.loads(_run(["compare", TINY, "--between", str(OOM_RATIO), str(OK_RATIO), "--json"], capsys))
+    sides = json.loads(cli_invoke("compare", TINY, "--between", OOM_RATIO, OK_RATIO, "--json", check=True).stdout)
     assert (sides["a"]["outcome"], sides["a"]["overhead"]) == (OOM, None)
 
 
-def test_scan_json_has_null_overheads_for_oom_runs(tmp_path, capsys):
-    out = _run(["scan", TINY, "-r", f"{OOM_RATIO},{OK_RATIO}", "--store", str(tmp_path / "s.duckdb"), "--json",
-                "-j", "1"], capsys)
+def test_scan_json_has_null_overheads_for_oom_runs(tmp_path):
+    out = cli_invoke("scan", TINY, "-r", f"{OOM_RATIO},{OK_RATIO}", "--store", tmp_path / "s.duckdb", "--json",
+                     "-j", "1", check=True).stdout
     runs = {r["ratio"]: r for r in json.loads(out)["runs"]}
     assert (runs[OOM_RATIO]["outcome"], runs[OOM_RATIO]["overhead"]) == (OOM, None)
     assert runs[OK_RATIO]["overhead"] > 1
@@ -115,18 +109,18 @@ def _store_with_an_old_oom_row(path: Path, program) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
-def test_exports_leave_an_oom_runs_overhead_empty_old_rows_included(fmt, tiny, tmp_path, capsys):
+def test_exports_leave_an_oom_runs_overhead_empty_old_rows_included(fmt, tiny, tmp_path):
     path = tmp_path / "old.duckdb"
     _store_with_an_old_oom_row(path, tiny)
     with Store(path, read_only=True) as store:  # the old row holds a number: the store must not show it
         assert store._con.execute("SELECT count(*) FROM runs WHERE outcome = 'oom' AND overhead > 0").fetchone() == (1,)
     out = tmp_path / f"runs.{fmt}"
-    _run(["results", "export", "--store", str(path), "-f", fmt, "--out", str(out)], capsys)
+    cli_invoke("results", "export", "--store", path, "-f", fmt, "--out", out, check=True)
     frame = pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)
     by_outcome = frame.set_index("outcome")["overhead"]
     assert pd.isna(by_outcome[OOM]) and by_outcome[OK] == _result(tiny, OK_RATIO).overhead
     if fmt == "csv":
-        csv = _run(["results", "export", "--store", str(path), "-f", "csv"], capsys)
+        csv = cli_invoke("results", "export", "--store", str(path), "-f", "csv", check=True).stdout
         oom_line = next(line for line in csv.splitlines() if f",{OOM}," in line)
         assert f",{OOM},," in oom_line  # the overhead column follows the outcome, empty
         assert pd.read_csv(io.StringIO(csv)).equals(pd.read_csv(out))

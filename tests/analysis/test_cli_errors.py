@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dtrlab.cli import main
+from conftest import cli_invoke
 from dtrlab.trace import shipped_traces
 
 TINY = str(__import__("pathlib").Path(shipped_traces()).parent / "examples" / "tiny.jsonl")
@@ -39,15 +39,9 @@ MISTAKES = [
 ]
 
 
-def _run(argv, capsys) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exit_:
-        main(argv)
-    return exit_.value.code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("cmd,args,word", MISTAKES, ids=lambda v: v if isinstance(v, str) else " ".join(v))
-def test_a_mistake_is_one_line_and_exit_2(cmd, args, word, capsys):
-    code, err = _run([cmd, TINY, *args], capsys)
+def test_a_mistake_is_one_line_and_exit_2(cmd, args, word):
+    code, _, err = cli_invoke(cmd, TINY, *args)
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dtrlab: "), err
@@ -55,17 +49,18 @@ def test_a_mistake_is_one_line_and_exit_2(cmd, args, word, capsys):
 
 
 @pytest.mark.parametrize("cmd", ["compare", "diverge", "bisect", "ablate", "estar-drift", "scan", "explain-oom"])
-def test_a_missing_source_names_it(cmd, tmp_path, capsys):
+def test_a_missing_source_names_it(cmd, tmp_path):
     missing = tmp_path / "no-such.log"
     args = {"compare": ["--between", "0.5", "0.6"], "diverge": ["--between", "0.5", "0.6"],
             "bisect": ["--between", "0.5", "0.6"], "ablate": ["--ratios", "0.5"],
             "scan": ["--ratios", "0.5", "--store", str(tmp_path / "s.duckdb")]}.get(cmd, ["--ratio", "0.5"])
-    code, err = _run([cmd, str(missing), *args], capsys)
+    code, _, err = cli_invoke(cmd, missing, *args)
     assert code == 2 and err.strip() == f"dtrlab: {missing}: no such file or folder"
     assert not (tmp_path / "s.duckdb").exists()
 
 
 def test_the_console_script_prints_no_traceback():
+    # A real process (`python -m dtrlab.cli`): its exit status and streams as a shell sees them.
     proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "diverge", TINY, "--between", "0.5", "x"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

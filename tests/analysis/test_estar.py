@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import golden, needs_shared, public_program
+from conftest import cli_invoke, golden, needs_shared, public_program
 from dtrlab.analysis.estar import neighborhood_drift
 from dtrlab.errors import UsageError
 from dtrlab.sim.simulate import budget_from_ratio, simulate
@@ -60,12 +60,9 @@ def test_policies_without_incremental_e_star_are_refused():
 
 @needs_shared
 def test_estar_drift_command():
-    from typer.testing import CliRunner
-
     from conftest import TRACES
-    from dtrlab.cli import app
 
-    res = CliRunner().invoke(app, ["estar-drift", str(TRACES), "-t", "resnet32", "-r", "0.1", "--json"])
+    res = cli_invoke("estar-drift", str(TRACES), "-t", "resnet32", "-r", "0.1", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     program = public_program("resnet32")

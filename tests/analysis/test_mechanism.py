@@ -10,10 +10,9 @@ from collections import Counter
 import numpy as np
 import pytest
 from cases import chain_program, fan_program, synthetic_program
-from conftest import TRACES, golden, needs_compiled, needs_shared, public_program
+from conftest import TRACES, cli_invoke, golden, needs_compiled, needs_shared, public_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from dtrlab.analysis import mechanism as mech
 from dtrlab.analysis.churn import storage_counts
@@ -23,7 +22,6 @@ from dtrlab.analysis.oom import explain_oom
 from dtrlab.analysis.regimes import switches
 from dtrlab.analysis.runs import run_of
 from dtrlab.analysis.scan import Budget, scan
-from dtrlab.cli import app
 from dtrlab.sim.instruments import EVICT, EVICT_EAGER, Instruments
 from dtrlab.sim.simulate import baseline, simulate
 
@@ -144,11 +142,11 @@ def test_the_study_cases_are_of_their_kinds(name):
 def test_scan_mechanisms_prints_one_row_per_instability(tmp_path):
     store = str(tmp_path / "s.duckdb")
     args = ["scan", str(TRACES), "-t", "resnet32", "--ratios", "0.100:0.108:0.001", "--store", store, "--mechanisms"]
-    out = CliRunner().invoke(app, args + ["--json"])
+    out = cli_invoke(*args, "--json")
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     assert len(doc["mechanisms"]) == len(doc["regime_switches"]) + len(doc["inversions"]) == 1
     row = doc["mechanisms"][0]
     assert (row["pair"], row["kind"], row["mechanism"]) == ("0.101/0.102", "inversion", "frontier")
-    text = CliRunner().invoke(app, args)
+    text = cli_invoke(*args)
     assert text.exit_code == 0 and "frontier" in text.output and "mechanisms" in text.output

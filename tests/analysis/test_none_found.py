@@ -4,40 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
-from dtrlab.cli import main
+from conftest import cli_invoke
 from dtrlab.trace import shipped_traces
 
 TINY = str(Path(shipped_traces()).parent / "examples" / "tiny.jsonl")
 FRAME = ("┏", "┃", "└")  # the corners and sides rich draws a table with
 
 
-def _run(argv, capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    assert exit_info.value.code == 0, out.err
-    return out.out
-
-
-def test_scan_with_no_switch_or_inversion(tmp_path, capsys):
+def test_scan_with_no_switch_or_inversion(tmp_path):
     # tiny at 0.9 and 0.95: both feasible, their overheads within a factor 2 of each other
-    out = _run(["scan", TINY, "-r", "0.9,0.95", "--store", str(tmp_path / "s.duckdb"), "-j", "1", "--mechanisms"],
-               capsys)
+    out = cli_invoke("scan", TINY, "-r", "0.9,0.95", "--store", tmp_path / "s.duckdb", "-j", "1", "--mechanisms",
+                     check=True).stdout
     assert out.splitlines() == ["tiny: dtr / eager-optimized, 2 budgets, 2 feasible",
                                 "regime switches (factor > 2): none found",
                                 "feasibility inversions: none found",
                                 "mechanisms (reference run / unstable run): none found"]
 
 
-def test_compare_with_no_re_evicted_storage(capsys):
+def test_compare_with_no_re_evicted_storage():
     # budgets far above the peak: nothing is evicted
-    out = _run(["compare", TINY, "--between", "60000000", "70000000"], capsys)
+    out = cli_invoke("compare", TINY, "--between", "60000000", "70000000", check=True).stdout
     assert out.splitlines()[-1] == "most re-evicted storages of the slower run: none found"
     assert sum(any(c in line for c in FRAME) for line in out.splitlines()) == 3  # the runs' table only
 
 
-def test_bisect_with_no_boundary(capsys):
-    out = _run(["bisect", TINY, "--between", "0.98", "0.99"], capsys)
+def test_bisect_with_no_boundary():
+    out = cli_invoke("bisect", TINY, "--between", "0.98", "0.99", check=True).stdout
     assert out.splitlines() == ["boundaries by regime between the two budgets: none found (they behave alike)"]

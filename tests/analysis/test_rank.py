@@ -6,14 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TRACES, needs_shared, public_program
-from typer.testing import CliRunner
+from conftest import TRACES, cli_invoke, needs_shared, public_program
 
-from dtrlab.cli import app
 from dtrlab.sim.simulate import budget_from_ratio, simulate
 from dtrlab.sweep.grid import parse_ratios
 
-runner = CliRunner()
 pytestmark = needs_shared
 
 GRID, FINE = "0.1:1.0:0.1", "0.095:0.110:0.001"
@@ -45,7 +42,7 @@ def test_the_table_is_what_simulate_says_and_a_second_run_simulates_nothing(tmp_
     store = tmp_path / "rank.duckdb"
     args = ["rank", TRACES, "-t", "resnet32", "-p", "dtr", "-p", FORMULA, "-p", "lru", "--ratios", GRID,
             "--fine", FINE, "--overhead-limit", LIMIT, "--store", store, "-j", 2, "--json"]
-    res = runner.invoke(app, [str(a) for a in args] + ["--plot", str(tmp_path / "rank.png")])
+    res = cli_invoke(*args, "--plot", str(tmp_path / "rank.png"))
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     program = public_program("resnet32")
@@ -66,14 +63,14 @@ def test_the_table_is_what_simulate_says_and_a_second_run_simulates_nothing(tmp_
     assert keys == sorted(keys) and order[-1] == "lru"
     assert (tmp_path / "rank.png").stat().st_size > 10_000
     assert out["runs_new"] > 0 and out["runs_stored"] == 0
-    again = json.loads(runner.invoke(app, [str(a) for a in args]).stdout)
+    again = json.loads(cli_invoke(*args).stdout)
     assert again["runs_new"] == 0 and again["runs_stored"] == out["runs_new"]
     assert again["rows"] == out["rows"]
 
 
 def test_rank_text_table_and_mistakes(tmp_path):
-    res = runner.invoke(app, ["rank", str(TRACES), "-t", "resnet32", "-p", "dtr", "--ratios", "0.2,0.3",
-                              "--store", str(tmp_path / "r.duckdb"), "-j", "1"])
+    res = cli_invoke("rank", str(TRACES), "-t", "resnet32", "-p", "dtr", "--ratios", "0.2,0.3",
+                     "--store", str(tmp_path / "r.duckdb"), "-j", "1")
     assert res.exit_code == 0, res.output
     program = public_program("resnet32")
     mean = sum(simulate(program, budget_from_ratio(program, r), "dtr").overhead for r in (0.2, 0.3)) / 2
@@ -81,17 +78,17 @@ def test_rank_text_table_and_mistakes(tmp_path):
     for args, words in ((["--factor", "1"], "--factor must exceed 1"),
                         (["--policy", "nope"], "unknown policy 'nope'"),
                         (["--fine", "0.1:0.2:x"], "ratios")):
-        bad = runner.invoke(app, ["rank", str(TRACES), "--store", str(tmp_path / "x.duckdb"), *args])
+        bad = cli_invoke("rank", str(TRACES), "--store", str(tmp_path / "x.duckdb"), *args)
         assert bad.exit_code == 2 and words in bad.stderr and bad.stderr.count("\n") == 1, bad.output
-    bad = runner.invoke(app, ["rank", str(TRACES), "--executor", "ray"])  # click's own check (main: one line)
+    bad = cli_invoke("rank", str(TRACES), "--executor", "ray")  # click's own check (main: one line)
     assert bad.exit_code == 2 and "'ray' is not one of local, dask" in bad.stderr
     assert not (tmp_path / "x.duckdb").exists()
 
 
 def test_a_fine_scan_named_for_a_trace_runs_on_that_trace_only(tmp_path):
-    res = runner.invoke(app, ["rank", str(TRACES), "-t", "resnet32", "-t", "unet", "-p", "dtr", "--ratios", "0.3,0.5",
-                              "--fine", "resnet32=0.100:0.108:0.001", "--fine", "0.4", "--store",
-                              str(tmp_path / "r.duckdb"), "-j", "2", "--json"])
+    res = cli_invoke("rank", str(TRACES), "-t", "resnet32", "-t", "unet", "-p", "dtr", "--ratios", "0.3,0.5",
+                     "--fine", "resnet32=0.100:0.108:0.001", "--fine", "0.4", "--store",
+                     str(tmp_path / "r.duckdb"), "-j", "2", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["fine"] == {"resnet32": list(parse_ratios("0.100:0.108:0.001")), "": [0.4]}

@@ -8,15 +8,13 @@ import json
 import numpy as np
 import pytest
 from cases import chain_program, synthetic_program
-from conftest import TRACES, needs_compiled, needs_shared, public_program
-from typer.testing import CliRunner
+from conftest import TRACES, cli_invoke, needs_compiled, needs_shared, public_program
 
 from dtrlab.analysis.ablation import ablate
 from dtrlab.analysis.bisect import bisect_budgets
 from dtrlab.analysis.churn import compare_runs
 from dtrlab.analysis.divergence import diverge
 from dtrlab.analysis.scan import Budget, parse_budget, scan
-from dtrlab.cli import app
 from dtrlab.errors import UsageError
 from dtrlab.sim.cengine import run_compiled
 from dtrlab.sim.policies import get_policy
@@ -160,10 +158,8 @@ def test_parse_budget_ratio_or_bytes():
 
 @needs_shared
 def test_cli_on_resnet32():
-    runner = CliRunner()
-
     def run(*args):
-        res = runner.invoke(app, [str(a) for a in args])
+        res = cli_invoke(*args)
         assert res.exit_code == 0, res.output
         return json.loads(res.output)
 

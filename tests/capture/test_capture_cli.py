@@ -8,21 +8,14 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
-from dtrlab.cli import main  # noqa: E402
+from conftest import cli_invoke  # noqa: E402
 from dtrlab.trace import load  # noqa: E402
 
 
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
-
-
-def test_capture_zoo_model(tmp_path, capsys):
+def test_capture_zoo_model(tmp_path):
     path = tmp_path / "r.log.gz"
-    code, out, _ = _run(["capture", "resnet32", "--batch", "1", "--size", "image=8", "--size", "depth=8",
-                         "--size", "width=2", "--repeat", "2", "--out", str(path), "--json"], capsys)
+    code, out, _ = cli_invoke("capture", "resnet32", "--batch", "1", "--size", "image=8", "--size", "depth=8",
+                              "--size", "width=2", "--repeat", "2", "--out", str(path), "--json")
     assert code == 0
     summary = json.loads(out)
     assert summary["recorded_peak_bytes"] <= summary["simulated_peak_bytes"]
@@ -30,7 +23,7 @@ def test_capture_zoo_model(tmp_path, capsys):
     assert program.n_ops > 50
 
 
-def test_capture_script(tmp_path, capsys):
+def test_capture_script(tmp_path):
     script = tmp_path / "my_model.py"
     script.write_text("import torch\n"
                       "def make_step(batch=2):\n"
@@ -41,8 +34,8 @@ def test_capture_script(tmp_path, capsys):
                       "        m(x).sum().backward()\n"
                       "    return step\n")
     path = tmp_path / "m.log"
-    code, out, _ = _run(["capture", "--script", f"{script}:make_step", "--batch", "3",
-                         "--out", str(path), "--json"], capsys)
+    code, out, _ = cli_invoke("capture", "--script", f"{script}:make_step", "--batch", "3",
+                              "--out", str(path), "--json")
     assert code == 0
     summary = json.loads(out)
     assert summary["recorded_peak_bytes"] == summary["simulated_peak_bytes"]
@@ -55,12 +48,12 @@ def test_capture_script(tmp_path, capsys):
     (["capture", "lstm", "--size", "bogus=1"], "takes no argument bogus"),
     (["capture", "--script", "missing.py:f"], "no such file"),
 ])
-def test_capture_mistakes_are_one_line(argv, message, capsys):
-    code, _, err = _run(argv, capsys)
+def test_capture_mistakes_are_one_line(argv, message):
+    code, _, err = cli_invoke(*argv)
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_capture_prints_bytes_as_people_read_them_and_why_its_two_peaks_differ(tmp_path, capsys):
+def test_capture_prints_bytes_as_people_read_them_and_why_its_two_peaks_differ(tmp_path):
     """No `batch None` for a script given no --batch; bytes through the CLI's one formatter; the
     gap between the simulated peak (what a ratio is of) and the plain step's is explained."""
     from pathlib import Path
@@ -69,18 +62,18 @@ def test_capture_prints_bytes_as_people_read_them_and_why_its_two_peaks_differ(t
 
     steps = Path(__file__).with_name("user_steps.py")
     argv = ["capture", "--script", f"{steps}:mlp_adam", "--out", str(tmp_path / "adam.log.gz")]
-    code, out, _ = _run(argv + ["--json"], capsys)
+    code, out, _ = cli_invoke(*argv, "--json")
     assert code == 0
     summary = json.loads(out)
     assert "batch" not in summary
     simulated, plain = summary["simulated_peak_bytes"], summary["recorded_peak_bytes"]
     assert simulated > plain == summary["in_place_peak_bytes"]  # Adam writes its constants in place
-    code, out, _ = _run(argv, capsys)
+    code, out, _ = cli_invoke(*argv)
     assert code == 0
     assert "None" not in out and "batch" not in out
     assert f"simulated peak     {_bytes(simulated)}" in out and f"plain step's peak  {_bytes(plain)}" in out
     assert f"It is {simulated - plain:,} bytes ({100 * (simulated - plain) / plain:.1f}%) above" in out
     assert f"written in place instead, the trace peaks at the plain step's {plain:,} bytes" in out
-    code, out, _ = _run(["capture", "--script", f"{steps}:mlp_adam", "--batch", "2",
-                         "--out", str(tmp_path / "b.log")], capsys)
+    code, out, _ = cli_invoke("capture", "--script", f"{steps}:mlp_adam", "--batch", "2",
+                              "--out", str(tmp_path / "b.log"))
     assert "batch              2\n" in out

@@ -13,43 +13,40 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
 import user_steps  # noqa: E402 (tests/capture: the user's steps)
-from dtrlab.cli import main  # noqa: E402
+from conftest import cli_invoke  # noqa: E402
 
 STEPS_FILE = Path(user_steps.__file__)
 RATIOS = ("1.0", "0.7", "0.4")
 
 
-def _cli(argv, capsys) -> dict:
-    with pytest.raises(SystemExit) as exit_info:
-        main([*argv, "--json"])
-    out = capsys.readouterr()
-    assert exit_info.value.code in (0, None), out.err
-    assert "Traceback" not in out.err
-    return json.loads(out.out)
 
+def _json(done) -> dict:
+    assert "Traceback" not in done.stderr
+    return json.loads(done.stdout)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp_adam", "cnn_momentum", "mlp_view_write"])
-def test_a_newcomers_model_through_capture_scan_rank_and_run_check(name, tmp_path, capsys):
+def test_a_newcomers_model_through_capture_scan_rank_and_run_check(name, tmp_path):
     script = f"{STEPS_FILE}:{name}"
     trace, store = tmp_path / f"{name}.log.gz", tmp_path / "results.duckdb"
-    _cli(["capture", "--script", script, "--out", str(trace)], capsys)
+    _json(cli_invoke("capture", "--script", script, "--out", str(trace), "--json", check=True))
 
-    scan = _cli(["scan", str(trace), "--ratios", ",".join(RATIOS), "--store", str(store), "-j", "1"], capsys)
+    scan = _json(cli_invoke("scan", trace, "--ratios", ",".join(RATIOS), "--store", store, "-j", "1", "--json",
+                            check=True))
     simulated = {round(row["ratio"], 3): row for row in scan["runs"]}
     assert sorted(simulated) == sorted(float(r) for r in RATIOS)
     assert simulated[1.0]["outcome"] == "ok" and simulated[1.0]["evictions"] == 0
 
-    rank = _cli(["rank", str(trace), "-p", "dtr", "--ratios", ",".join(RATIOS), "--store", str(store),
-                 "-j", "1"], capsys)
+    rank = _json(cli_invoke("rank", str(trace), "-p", "dtr", "--ratios", ",".join(RATIOS), "--store", str(store),
+                            "-j", "1", "--json", check=True))
     (row,) = [r for r in rank["rows"] if r["trace"] == name]
     assert row["policy"] == "dtr" and row["grid_runs"] == len(RATIOS)
     assert row["grid_feasible"] == sum(run["outcome"] == "ok" for run in simulated.values())
     assert row["min_feasible_ratio"] == min(r for r, run in simulated.items() if run["outcome"] == "ok")
 
     for ratio in RATIOS:
-        ran = _cli(["run", "--script", script, "--ratio", ratio, "--check", "--compare-sim", "--threads", "1"],
-                   capsys)
+        ran = _json(cli_invoke("run", "--script", script, "--ratio", ratio, "--check", "--compare-sim", "--threads",
+                               "1", "--json", check=True))
         (live,) = ran["steps"]
         assert live["outcome"] == simulated[float(ratio)]["outcome"]
         if live["outcome"] == "ok":

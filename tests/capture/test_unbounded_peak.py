@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
 import user_steps  # noqa: E402 (tests/capture: the user's steps)
+from conftest import cli_invoke  # noqa: E402
 from dtrlab.capture.recorder import record  # noqa: E402
 from dtrlab.capture.save import to_program  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
-from dtrlab.cli import main  # noqa: E402
 from dtrlab.live.session import LiveSession  # noqa: E402
 from dtrlab.sim.simulate import baseline, budget_from_ratio, simulate  # noqa: E402
 from dtrlab.trace import load  # noqa: E402
@@ -26,14 +26,6 @@ from dtrlab.trace.lower import lower  # noqa: E402
 from dtrlab.trace.read import Alias, Call, Constant, Copy, Memory, Mutate  # noqa: E402
 
 STEPS_FILE = Path(user_steps.__file__)
-
-
-def _cli(argv, capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    assert exit_info.value.code == 0, out.err
-    return out.out
 
 
 def _by_identity(session: LiveSession) -> int:
@@ -96,13 +88,13 @@ def test_the_unbounded_peak_is_the_live_runtimes_and_ratio_one_evicts_nothing(ki
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp_adam", "cnn_momentum"])
-def test_capture_simulate_and_run_at_ratio_one(name, tmp_path, capsys):
+def test_capture_simulate_and_run_at_ratio_one(name, tmp_path):
     trace = tmp_path / f"{name}.log.gz"
-    _cli(["capture", "--script", f"{STEPS_FILE}:{name}", "--out", str(trace), "--json"], capsys)
-    simulated = json.loads(_cli(["simulate", str(trace), "--ratio", "1.0", "--json"], capsys))
+    cli_invoke("capture", "--script", f"{STEPS_FILE}:{name}", "--out", str(trace), "--json", check=True)
+    simulated = json.loads(cli_invoke("simulate", str(trace), "--ratio", "1.0", "--json", check=True).stdout)
     assert (simulated["outcome"], simulated["evictions"]) == ("ok", 0)
-    ran = json.loads(_cli(["run", "--script", f"{STEPS_FILE}:{name}", "--ratio", "1.0", "--compare-sim",
-                           "--json"], capsys))
+    ran = json.loads(cli_invoke("run", "--script", f"{STEPS_FILE}:{name}", "--ratio", "1.0", "--compare-sim",
+                                "--json", check=True).stdout)
     assert [(s["outcome"], s["evictions"]) for s in ran["steps"]] == [("ok", 0)]
     assert ran["simulated"]["outcome"] == "ok" and ran["same_decisions"] == [True]
 

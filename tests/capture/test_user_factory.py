@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
-from dtrlab.cli import main  # noqa: E402
+from conftest import cli_invoke  # noqa: E402
 
 COMMANDS = {"capture": ["--out", "{tmp}/out.log"], "run": ["--ratio", "0.8", "--steps", "1"]}
 
@@ -57,13 +57,6 @@ RAISING_STEP = ("import torch\n"
                 "    return step\n")
 
 
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
-
-
 def _argv(command: str, script, tmp_path, debug: bool = False) -> list[str]:
     extra = [a.format(tmp=tmp_path) for a in COMMANDS[command]]
     return [*(["--debug"] if debug else []), command, "--script", f"{script}:make_step", *extra]
@@ -71,21 +64,21 @@ def _argv(command: str, script, tmp_path, debug: bool = False) -> list[str]:
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_mistake_in_the_factory_is_one_line_at_its_file_and_line(case, command, tmp_path, capsys):
+def test_a_mistake_in_the_factory_is_one_line_at_its_file_and_line(case, command, tmp_path):
     text, said = CASES[case]
     script = tmp_path / "mine.py"
     script.write_text(text)
-    code, out, err = _run(_argv(command, script, tmp_path), capsys)
+    code, out, err = cli_invoke(*_argv(command, script, tmp_path))
     assert code == 2
     assert err.splitlines()[-1] == f"dtrlab: {script}:{said}"
     assert "dtrlab/" not in err and "site-packages" not in err
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_a_step_that_raises_shows_the_users_frames_only(command, tmp_path, capsys):
+def test_a_step_that_raises_shows_the_users_frames_only(command, tmp_path):
     script = tmp_path / "mine.py"
     script.write_text(RAISING_STEP)
-    code, _, err = _run(_argv(command, script, tmp_path), capsys)
+    code, _, err = cli_invoke(*_argv(command, script, tmp_path))
     assert code == 2
     lines = err.splitlines()
     assert lines[-1] == (f"dtrlab: {script}:5: the step of make_step raised RuntimeError: mat1 and mat2 shapes "
@@ -94,10 +87,10 @@ def test_a_step_that_raises_shows_the_users_frames_only(command, tmp_path, capsy
     assert frames == [f'File "{script}", line 13, in step', f'File "{script}", line 5, in helper']
 
 
-def test_debug_shows_every_frame(tmp_path, capsys):
+def test_debug_shows_every_frame(tmp_path):
     script = tmp_path / "mine.py"
     script.write_text(RAISING_STEP)
-    code, _, err = _run(_argv("capture", script, tmp_path, debug=True), capsys)
+    code, _, err = cli_invoke(*_argv("capture", script, tmp_path, debug=True))
     assert code == 2
     assert err.splitlines()[-1].startswith(f"dtrlab: {script}:5: the step of make_step raised RuntimeError")
     files = {line.split('"')[1] for line in err.splitlines() if line.strip().startswith("File ")}
@@ -105,8 +98,8 @@ def test_debug_shows_every_frame(tmp_path, capsys):
     assert any(f.endswith("dtrlab/capture/recorder.py") for f in files)  # dtrlab's frames too
 
 
-def test_a_working_factory_still_runs(tmp_path, capsys):
+def test_a_working_factory_still_runs(tmp_path):
     script = tmp_path / "mine.py"
     script.write_text(LINEAR + "    return step\n")
-    code, _, err = _run(_argv("capture", script, tmp_path), capsys)
+    code, _, err = cli_invoke(*_argv("capture", script, tmp_path))
     assert code == 0, err

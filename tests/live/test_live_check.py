@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
-from dtrlab.cli import main  # noqa: E402
+from conftest import cli_invoke  # noqa: E402
 from dtrlab.live import check  # noqa: E402
 from dtrlab.live.session import LiveSession  # noqa: E402
 from live_helpers import deterministic_torch  # noqa: E402,F401 (an autouse fixture)
@@ -40,13 +40,6 @@ def _script(tmp_path):
     return path
 
 
-def _cli(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
-
-
 def test_the_state_a_check_compares_is_what_the_step_changes(tmp_path):
     """find_state reaches the model, the optimizer and the inputs through the step's closure; read
     names every parameter, gradient, buffer and optimizer state tensor."""
@@ -62,12 +55,12 @@ def test_the_state_a_check_compares_is_what_the_step_changes(tmp_path):
 
 
 @pytest.mark.parametrize("ratio", ["2.0", "0.9"])
-def test_run_check_is_bitwise_equal_to_a_plain_step_and_says_so(ratio, tmp_path, capsys):
+def test_run_check_is_bitwise_equal_to_a_plain_step_and_says_so(ratio, tmp_path):
     """With BatchNorm and SGD with momentum, at a roomy budget and one that evicts: every compared
     value equal, in the JSON and in the table's row and line."""
     argv = ["run", "--script", f"{_script(tmp_path)}:make", "--ratio", ratio, "--check", "--threads", "1",
             "--steps", "2"]
-    code, out, _ = _cli([*argv, "--json"], capsys)
+    code, out, _ = cli_invoke(*argv, "--json")
     assert code in (0, None)
     got = json.loads(out)
     assert got["check"] is True
@@ -76,7 +69,7 @@ def test_run_check_is_bitwise_equal_to_a_plain_step_and_says_so(ratio, tmp_path,
             assert live["check"]["equal"] and live["check"]["compared"] > 20 and live["check"]["differing"] == []
         else:
             assert live["check"] is None
-    code, out, _ = _cli(argv, capsys)
+    code, out, _ = cli_invoke(*argv)
     text = " ".join(out.split())
     assert "check: a plain step, bitwise" in text
     if got["steps"][0]["outcome"] == "ok":
@@ -84,12 +77,12 @@ def test_run_check_is_bitwise_equal_to_a_plain_step_and_says_so(ratio, tmp_path,
         assert "bitwise equal to a plain step's from the same state" in text
 
 
-def test_run_check_finds_a_live_step_that_differs(tmp_path, capsys, monkeypatch):
+def test_run_check_finds_a_live_step_that_differs(tmp_path, monkeypatch):
     """The check can fail: a live step that does not give the constants it wrote their new bytes
     (the optimizer's updates, batch norm's statistics) differs from the plain step there."""
     monkeypatch.setattr(LiveSession, "_finish", lambda self: self._finish_planned())
-    code, out, _ = _cli(["run", "--script", f"{_script(tmp_path)}:make", "--ratio", "2.0", "--check",
-                         "--threads", "1", "--json"], capsys)
+    code, out, _ = cli_invoke("run", "--script", f"{_script(tmp_path)}:make", "--ratio", "2.0", "--check",
+                              "--threads", "1", "--json")
     assert code in (0, None)
     (live,) = json.loads(out)["steps"]
     differing = set(live["check"]["differing"])
@@ -98,16 +91,16 @@ def test_run_check_finds_a_live_step_that_differs(tmp_path, capsys, monkeypatch)
     assert "0.weight.grad" not in differing  # the gradients are the step's own results: equal
 
 
-def test_the_measured_clock_says_decisions_are_not_compared(tmp_path, capsys):
+def test_the_measured_clock_says_decisions_are_not_compared(tmp_path):
     """On the measured clock each run costs its own time: the verdict says decisions are not compared
     there (it said they differ), and the JSON's same_decisions is null."""
     argv = ["run", "--script", f"{_script(tmp_path)}:make", "--ratio", "0.9", "--compare-sim", "--clock", "measured",
             "--threads", "1"]
-    code, out, _ = _cli(argv, capsys)
+    code, out, _ = cli_invoke(*argv)
     assert code in (0, None)
     text = " ".join(out.split())
     assert "step 1: decisions are not compared on the measured clock" in text and "differ" not in text
-    code, out, _ = _cli([*argv, "--json"], capsys)
+    code, out, _ = cli_invoke(*argv, "--json")
     assert json.loads(out)["same_decisions"] == [None]
 
 

@@ -9,19 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
+from conftest import cli_invoke  # noqa: E402
 from dtrlab.capture.recorder import record  # noqa: E402
 from dtrlab.capture.save import save, to_program  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
-from dtrlab.cli import main  # noqa: E402
 from dtrlab.live.session import LiveBudgetError, LiveSession  # noqa: E402
 from dtrlab.sim.simulate import budget_from_ratio, simulate  # noqa: E402
-
-
-def _cli(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
 
 
 def _sizes(name: str, **over) -> list[str]:
@@ -57,10 +50,10 @@ BIGGER = {name: ZOO[name].roomy for name in ZOO}  # room to evict: ZooModel.smal
 
 @pytest.mark.parametrize("name, ratio, policy, engine", [("lstm", 0.9, "dtr", "auto"), ("resnet32", 0.9, "lru", "auto"),
                                                     ("resnet32", 0.9, "dtr", "python")])
-def test_run_json_figures_are_a_live_session_s(name, ratio, policy, engine, capsys, monkeypatch):
+def test_run_json_figures_are_a_live_session_s(name, ratio, policy, engine, monkeypatch):
     step, capture = _prepared(name, monkeypatch, **BIGGER[name])
-    code, out, _ = _cli(["run", name, *_sizes(name, **BIGGER[name]), "--ratio", ratio, "--policy", policy,
-                         "--engine", engine, "--json"], capsys)
+    code, out, _ = cli_invoke("run", name, *_sizes(name, **BIGGER[name]), "--ratio", ratio, "--policy", policy,
+                              "--engine", engine, "--json")
     assert code in (0, None)
     got = json.loads(out)
     session, outcome = _by_hand(step, capture, ratio, policy)
@@ -78,11 +71,11 @@ def test_run_json_figures_are_a_live_session_s(name, ratio, policy, engine, caps
     assert live["wall_ratio"] == pytest.approx(live["wall_s"] / got["plain_wall_s"])
 
 
-def test_run_table_and_steps(capsys, monkeypatch):
+def test_run_table_and_steps(monkeypatch):
     """The text form prints the same figures, one column per step; a fresh session each step, so on
     the logical clock every step makes the same decisions."""
     step, capture = _prepared("lstm", monkeypatch, **BIGGER["lstm"])
-    code, out, _ = _cli(["run", "lstm", *_sizes("lstm", **BIGGER["lstm"]), "--ratio", "0.9", "--steps", "2"], capsys)
+    code, out, _ = cli_invoke("run", "lstm", *_sizes("lstm", **BIGGER["lstm"]), "--ratio", "0.9", "--steps", "2")
     assert code in (0, None)
     session, _ = _by_hand(step, capture, 0.9, "dtr")
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
@@ -93,7 +86,7 @@ def test_run_table_and_steps(capsys, monkeypatch):
     assert "live step 1" in out and "live step 2" in out and "plain PyTorch step:" in out
 
 
-def test_threads_are_torch_s_for_the_whole_command_and_said(capsys, monkeypatch):
+def test_threads_are_torch_s_for_the_whole_command_and_said(monkeypatch):
     """--threads sets torch's CPU threads before the plain steps are timed, and the JSON and the
     table say how many ran; on the logical clock the decisions do not depend on them."""
     before = torch.get_num_threads()
@@ -103,22 +96,22 @@ def test_threads_are_torch_s_for_the_whole_command_and_said(capsys, monkeypatch)
     monkeypatch.setattr("dtrlab.live.runs.plain_seconds",
                         lambda step, device: seen.append(torch.get_num_threads()) or 1.0)
     try:
-        code, out, _ = _cli([*argv, "--threads", "1", "--json"], capsys)
+        code, out, _ = cli_invoke(*argv, "--threads", "1", "--json")
         assert code in (0, None)
         got = json.loads(out)
         assert got["threads"] == seen[0] == 1
         session, _ = _by_hand(step, capture, 0.9, "dtr")
         assert (got["steps"][0]["evictions"], got["steps"][0]["remats"]) == (session.evictions, session.replays) != (0, 0)
-        code, out, _ = _cli([*argv, "--threads", "2"], capsys)
+        code, out, _ = cli_invoke(*argv, "--threads", "2")
         assert code in (0, None) and seen[-1] == 2 and "(2 CPU threads)" in out
     finally:
         torch.set_num_threads(before)
 
 
-def test_compare_sim_is_simulate_on_the_plan_and_makes_the_same_decisions(capsys, monkeypatch):
+def test_compare_sim_is_simulate_on_the_plan_and_makes_the_same_decisions(monkeypatch):
     _, capture = _prepared("resnet32", monkeypatch, batch=8)
     argv = ["run", "resnet32", *_sizes("resnet32", batch=8), "--ratio", "0.8", "--policy", "dtr", "--compare-sim"]
-    code, out, _ = _cli([*argv, "--json"], capsys)
+    code, out, _ = cli_invoke(*argv, "--json")
     assert code in (0, None)
     got = json.loads(out)
     sim = got["simulated"]
@@ -132,7 +125,7 @@ def test_compare_sim_is_simulate_on_the_plan_and_makes_the_same_decisions(capsys
     (live,) = got["steps"]
     assert {k: live[k] for k in sim if k != "runtime"} == {k: v for k, v in sim.items() if k != "runtime"}
 
-    code, out, _ = _cli(argv, capsys)
+    code, out, _ = cli_invoke(*argv)
     header = next(line for line in out.splitlines() if line.startswith("┃"))
     assert "live" in header and "simulated" in header
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
@@ -141,14 +134,14 @@ def test_compare_sim_is_simulate_on_the_plan_and_makes_the_same_decisions(capsys
     assert "step 1: the same decisions as the simulation" in " ".join(out.split())
 
 
-def test_a_plan_from_a_trace_file(tmp_path, capsys, monkeypatch):
+def test_a_plan_from_a_trace_file(tmp_path, monkeypatch):
     """--plan takes a trace file of the same step (here the capture, saved): the same figures as
     following the capture itself; a trace of another step is one line."""
     step, capture = _prepared("resnet32", monkeypatch, batch=8)
     path = tmp_path / "resnet.log.gz"
     save(capture, path)
     argv = ["run", "resnet32", *_sizes("resnet32", batch=8), "--ratio", "0.8", "--json", "--compare-sim"]
-    code, out, _ = _cli([*argv, "--plan", path], capsys)
+    code, out, _ = cli_invoke(*argv, "--plan", path)
     assert code in (0, None)
     got = json.loads(out)
     session, _ = _by_hand(step, capture, 0.8, "dtr")
@@ -156,7 +149,7 @@ def test_a_plan_from_a_trace_file(tmp_path, capsys, monkeypatch):
     assert got["steps"][0]["evictions"] == session.evictions > 0
     _, other = _prepared("lstm", monkeypatch)
     save(other, tmp_path / "lstm.log")
-    code, out, err = _cli([*argv, "--plan", tmp_path / "lstm.log"], capsys)
+    code, out, err = cli_invoke(*argv, "--plan", tmp_path / "lstm.log")
     assert code == 2 and len(err.splitlines()) == 1 and "the step differs from its plan" in err
 
 
@@ -175,15 +168,15 @@ def test_a_plan_from_a_trace_file(tmp_path, capsys, monkeypatch):
     (["run", "lstm", "--ratio", "0.5", "--trace", "x"], "--trace picks a trace of --plan's source"),
     (["run", "lstm", "--ratio", "0.5", "--plan", "missing.log"], "missing.log"),
 ])
-def test_run_mistakes_are_one_line(argv, message, capsys):
-    code, out, err = _cli(argv, capsys)
+def test_run_mistakes_are_one_line(argv, message):
+    code, out, err = cli_invoke(*argv)
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith("dtrlab: ") and message in err, err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_run_on_cuda_without_cuda_is_one_line(capsys):
-    code, _, err = _cli(["run", "lstm", "--ratio", "0.5", "--device", "cuda"], capsys)
+def test_run_on_cuda_without_cuda_is_one_line():
+    code, _, err = cli_invoke("run", "lstm", "--ratio", "0.5", "--device", "cuda")
     assert code == 2 and err == "dtrlab: CUDA is not available on this machine\n"
 
 
@@ -196,7 +189,7 @@ WORKSPACE_BYTES = 16 << 20
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_budget_holds_in_the_cuda_allocator(capsys):
+def test_the_budget_holds_in_the_cuda_allocator():
     """torch.cuda.max_memory_allocated() over the last live step (the command resets it before the
     step) is at most the budget plus the allocator's slack: what it held before the step that is no
     tensor of the step (cuBLAS's workspace), what the session admits above it (early_bytes: the
@@ -204,7 +197,7 @@ def test_the_budget_holds_in_the_cuda_allocator(capsys):
     rounding for each block live at the peak, and the operators' transient workspaces."""
     argv = ["run", "unet", *(a for kv in CUDA_SIZES for a in ("--size", kv)), "--device", "cuda",
             "--ratio", "0.5", "--json"]
-    code, out, _ = _cli(argv, capsys)
+    code, out, _ = cli_invoke(*argv)
     assert code in (0, None)
     got = json.loads(out)
     (live,) = got["steps"]

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
+from conftest import cli_invoke  # noqa: E402
 from dtrlab.capture.recorder import record  # noqa: E402
-from dtrlab.cli import main  # noqa: E402
 from dtrlab.live.runs import simulate_plan  # noqa: E402
 from dtrlab.live.session import LiveBudgetError, LiveSession, make_plan  # noqa: E402
 from dtrlab.sim.simulate import baseline  # noqa: E402
@@ -84,7 +84,7 @@ def test_out_of_memory_in_the_optimizer_and_in_a_profiler_block_is_an_outcome(en
 
 
 @pytest.mark.parametrize("engine", ["c", "python"])
-def test_run_reports_an_out_of_memory_optimizer_step_as_simulate_does(engine, tmp_path, capsys):
+def test_run_reports_an_out_of_memory_optimizer_step_as_simulate_does(engine, tmp_path):
     """`dtrlab run --script` with Adam where the budget runs out in `optimizer.step()`: exit 0 (on
     the compiled engine it was a traceback), outcome oom live and simulated, and every figure of
     the two columns equal, eager evictions and peak included (the verdict compares them now). The
@@ -95,19 +95,17 @@ def test_run_reports_an_out_of_memory_optimizer_step_as_simulate_does(engine, tm
     ratio = next(r for r, where, _, _ in _outcomes(step, plan, engine) if "optimizer" in where)
     argv = ["run", "--script", f"{path}:make", "--ratio", str(ratio), "--compare-sim", "--engine", engine,
             "--threads", "1"]
-    with pytest.raises(SystemExit) as info:
-        main([*argv, "--json"])
-    got = json.loads(capsys.readouterr().out)
-    assert info.value.code in (0, None)
+    done = cli_invoke(*argv, "--json")
+    got = json.loads(done.stdout)
+    assert done.exit_code in (0, None)
     (live,) = got["steps"]
     assert live["outcome"] == got["simulated"]["outcome"] == "oom" and got["same_decisions"] == [True]
     assert live["oom_at"] == "at adam_step.py:16 (opt.step()), in the optimizer's step"
     sim = got["simulated"]
     assert {k: live[k] for k in sim if k != "runtime"} == {k: v for k, v in sim.items() if k != "runtime"}
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    out = " ".join(capsys.readouterr().out.split())
-    assert info.value.code in (0, None)
+    done = cli_invoke(*argv)
+    out = " ".join(done.stdout.split())
+    assert done.exit_code in (0, None)
     assert "step 1: out of memory at adam_step.py:16 (opt.step()), in the optimizer's step: the budget of" in out
     assert ("step 1: the same decisions as the simulation: the outcome, every eviction in order, the "
             "rematerializations, the eager evictions, the peak and the final clock (all until the step "

@@ -6,12 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from typer.testing import CliRunner
 
 import dtrlab
-from conftest import TRACES, needs_shared
+from conftest import TRACES, cli_invoke, needs_shared
 from dtrlab.analysis.rank import ALL_TRACES
-from dtrlab.cli import app
 from dtrlab.report.pipeline import reproduce
 from dtrlab.report.plan import QUICK
 from dtrlab.report.study import STUDY_TRACES
@@ -20,7 +18,6 @@ from dtrlab.sim.simulate import budget_from_ratio, simulate
 from dtrlab.sweep.grid import parse_ratios
 from dtrlab.trace import load
 
-runner = CliRunner()
 GRID, WINDOW = "0.2,0.3,0.5", "0.100:0.108:0.001"
 STALE2 = "score: (compute + estar) / (size * staleness ** 2)"
 CHEAP = "score: compute / size"
@@ -89,15 +86,15 @@ TINY = str(dtrlab.__file__).removesuffix("__init__.py") + "data/examples/tiny.js
 def test_reproduce_takes_a_formula_and_a_policy_file_and_refuses_a_bad_one_in_one_line(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(f'[policies.cheap]\nscore = "{CHEAP}"\n')
-    res = runner.invoke(app, ["reproduce", TINY, "--quick", "-j", "1", "--out", str(tmp_path / "r"),
-                              "-p", STALE2, "--policies", str(path)])
+    res = cli_invoke("reproduce", TINY, "--quick", "-j", "1", "--out", str(tmp_path / "r"),
+                     "-p", STALE2, "--policies", str(path))
     assert res.exit_code == 0, res.output
     summary = (tmp_path / "r" / "summary.md").read_text()
     table = summary.split("## Leaderboard of the policies")[1].split("\n## ")[0]
     listed = [line.split(" | ")[0].strip("| ") for line in table.splitlines() if line.startswith("| ")][1:]
     assert sorted(listed) == sorted([*QUICK.policies, *REMEDY_POLICIES, STALE2, "cheap"])
     assert f"`{get_policy(STALE2).text}`" in table
-    bad = runner.invoke(app, ["reproduce", TINY, "--quick", "--out", str(tmp_path / "bad"),
-                              "-p", "score: compute / sise"])
+    bad = cli_invoke("reproduce", TINY, "--quick", "--out", str(tmp_path / "bad"),
+                     "-p", "score: compute / sise")
     assert bad.exit_code == 2 and "unknown feature 'sise'" in bad.stderr and bad.stderr.count("\n") == 1
     assert not (tmp_path / "bad").exists()

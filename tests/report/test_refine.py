@@ -4,8 +4,6 @@ no switch or inversion across budgets it did not run (report.refine)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from dtrlab.sweep.run import refine_specs, run_sweep
 from dtrlab.sweep.store import Store
 from dtrlab.trace import load
 
-from conftest import TRACES, golden, needs_compiled, needs_shared
+from conftest import TRACES, cli_invoke, golden, needs_compiled, needs_shared
 
 TINY = Path(dtrlab.__file__).parent / "data" / "examples" / "tiny.jsonl"
 ROUNDS = 2
@@ -74,12 +72,10 @@ def test_sweep_refine_and_reproduce_share_one_loop(tmp_path):
     coarse = len(parse_ratios(COARSE_RATIOS))
     assert len(expected) > coarse, "tiny's dtr curve must call for refinement, or this test proves nothing"
 
-    proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "sweep", str(TINY), "--ratios", COARSE_RATIOS,
-                           "--policy", "dtr", "--overhead-limit", str(REPORT_OVERHEAD_LIMIT), "--refine", str(REFINE_POINTS),
-                           "--refine-factor", str(SWITCH_FACTOR), "--refine-rounds", str(ROUNDS),
-                           "--store", str(tmp_path / "cli.duckdb"), "--workers", "1", "--no-progress"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = cli_invoke("sweep", TINY, "--ratios", COARSE_RATIOS, "--policy", "dtr", "--overhead-limit", REPORT_OVERHEAD_LIMIT,
+                      "--refine", REFINE_POINTS, "--refine-factor", SWITCH_FACTOR, "--refine-rounds", ROUNDS,
+                      "--store", tmp_path / "cli.duckdb", "--workers", "1", "--no-progress")
+    assert proc.exit_code == 0, proc.stderr[-2000:]
     assert _stored(tmp_path / "cli.duckdb") == expected
     assert "refinement round 1:" in proc.stderr
 

@@ -7,8 +7,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from html import escape, unescape
@@ -32,7 +30,7 @@ from dtrlab.report.study import FETCH_AND_REPRODUCE
 from dtrlab.sweep.store import Store
 from dtrlab.trace import load
 
-from conftest import TRACES, needs_shared, require_shared
+from conftest import TRACES, cli_invoke, needs_shared, require_shared
 from report_checks import CHROMIUM, check_in_chromium, check_png, local_links
 
 TINY = Path(dtrlab.__file__).parent / "data" / "examples" / "tiny.jsonl"
@@ -174,9 +172,8 @@ def test_cli_rerun_simulates_nothing_and_writes_the_same_bytes(shipped, tmp_path
     out = shipped.out_dir
     before = _report_files(out)
     assert shipped.new_runs == len(shipped.frame) > 0
-    proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", "--quick", "--out", str(out),
-                           "--workers", "2"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = cli_invoke("reproduce", "--quick", "--out", out, "--workers", "2")
+    assert proc.exit_code == 0, proc.stderr[-2000:]
     text = " ".join(proc.stdout.split())
     assert "claims of the study" in text
     n = len(shipped.claims)
@@ -188,9 +185,8 @@ def test_cli_rerun_simulates_nothing_and_writes_the_same_bytes(shipped, tmp_path
     assert [name for name in before if before[name] != after[name]] == []
     record = json.loads((out / "run.json").read_text())
     assert record["new_runs"] == 0 and record["runs"] == len(shipped.frame)
-    bad = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", str(tmp_path / "nope")],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.startswith("dtrlab: ") and "Traceback" not in bad.stderr
+    bad = cli_invoke("reproduce", tmp_path / "nope")
+    assert bad.exit_code == 2 and bad.stderr.startswith("dtrlab: ") and "Traceback" not in bad.stderr
 
 
 @needs_shared
@@ -299,10 +295,8 @@ def test_a_plan_does_not_choose_traces_by_file_name(tmp_path):
     assert set(plain.frame["policy"]) == set(QUICK.policies) | set(QUICK.remedies)  # the leaderboard adds the remedies
     # Named like the study's trace, it is still not the study's: recognised by content.
     assert all(c.verdict.startswith(NOT_APPLICABLE) for c in named.claims)
-    proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", str(tmp_path / "tiny" / "tiny.jsonl"),
-                           "--out", str(tmp_path / "out-full"), "--workers", "1"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = cli_invoke("reproduce", tmp_path / "tiny" / "tiny.jsonl", "--out", tmp_path / "out-full", "--workers", "1")
+    assert proc.exit_code == 0, proc.stderr[-2000:]
     full = pd.read_parquet(tmp_path / "out-full" / "results.parquet")
     assert set(full["policy"]) >= set(FULL.policies)
     # The full plan runs the zoo live too (report.live); with torch, its logical rows are the simulation's.
@@ -330,10 +324,9 @@ def test_a_failed_reproduce_leaves_no_empty_folder(tmp_path):
     lines = TINY.read_text().splitlines()
     bad.write_text("\n".join(lines[:3] + ['{"INSTRUCTION": "RELEASE"}'] + lines[3:]) + "\n")
     out = tmp_path / "never"
-    proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "reproduce", str(bad), "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = cli_invoke("reproduce", bad, "--out", out)
     # Progress lines may come first; the error is one line, the last.
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.exit_code == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"dtrlab: {bad}:4: ")
     assert not out.exists()
     # A folder the user made is theirs: it stays.

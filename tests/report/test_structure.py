@@ -72,6 +72,7 @@ def test_no_import_cycle_in_report():
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in REPORT.glob("*.py") if p.stem != "__init__"))
 def test_each_report_module_imports_alone(name):
+    # A fresh interpreter: alone means with nothing imported before it.
     proc = subprocess.run([sys.executable, "-c", f"import dtrlab.report.{name}"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

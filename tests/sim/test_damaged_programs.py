@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dtrlab.cli import main
+from conftest import cli_invoke
 from dtrlab.trace.read import Call, Copy, CopyFrom, Mutate, Release
 from dtrlab.trace.synth import synthetic_trace
 from dtrlab.trace.write import write_trace
@@ -71,29 +70,22 @@ def damaged(draw):
     return instructions
 
 
-def _cli(capsys, args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
-
-
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(instructions=damaged(), ratio=st.sampled_from(["0.3", "0.6", "1.0"]),
        runtime_policy=st.sampled_from([("eager-optimized", "dtr"), ("optimized", "dtr-eq"), ("eager", "lru"),
                                        ("lazy", "size")]),
        strict=st.booleans())
-def test_damaged_trace_is_one_line_or_runs_on_both_engines(tmp_path_factory, capsys, instructions, ratio,
+def test_damaged_trace_is_one_line_or_runs_on_both_engines(tmp_path_factory, instructions, ratio,
                                                            runtime_policy, strict):
     runtime, policy = runtime_policy
     path = tmp_path_factory.mktemp("damaged") / "t.jsonl"
     write_trace(instructions, path)
     results = {}
     for engine in ("python", "c"):
-        code, out, err = _cli(capsys, ["simulate", path, "-r", ratio, "--runtime", runtime, "-p", policy,
-                                       "--engine", engine,
-                                       "--json", "--no-cache", *(["--strict"] if strict else [])])
+        code, out, err = cli_invoke("simulate", path, "-r", ratio, "--runtime", runtime, "-p", policy,
+                                    "--engine", engine,
+                                    "--json", "--no-cache", *(["--strict"] if strict else []))
         if code == 2:
             assert out == "" and err.count("\n") == 1, err
             assert re.fullmatch(rf"dtrlab: {re.escape(str(path))}:\d+: \S.*\n", err), err

@@ -8,10 +8,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from conftest import needs_compiled
-from dtrlab.cli import app
+from conftest import cli_invoke, needs_compiled
 from dtrlab.sim import progress as pg
 from dtrlab.sim.progress import RunInterrupted, RunWatch, Snapshot
 from dtrlab.sim.runtimes import RUNTIMES
@@ -102,12 +100,12 @@ def test_ctrl_c_in_the_cli_prints_the_figures_so_far_and_exit_130(tmp_path, monk
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pg.RunWatch, "__call__", interrupt)
-    res = CliRunner().invoke(app, ["simulate", str(path), "--ratio", "0.5", "--json", "--no-cache"])
+    res = cli_invoke("simulate", str(path), "--ratio", "0.5", "--json", "--no-cache")
     assert res.exit_code == 130 and res.stdout == ""
     (line,) = res.stderr.splitlines()
     clock_ms = f"{calls[0][0] / 1e6:,.1f} ms"
     assert line.startswith("dtrlab: interrupted") and clock_ms in line and "partial run" in line
     monkeypatch.undo()
-    done = json.loads(CliRunner().invoke(app, ["simulate", str(path), "--ratio", "0.5", "--json",
-                                               "--no-cache"]).stdout)
+    done = json.loads(cli_invoke("simulate", str(path), "--ratio", "0.5", "--json",
+                                 "--no-cache").stdout)
     assert done["clock_ns"] > calls[0][0]

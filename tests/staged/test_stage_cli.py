@@ -9,15 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[capture]')")
 
+from conftest import cli_invoke  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
-from dtrlab.cli import main  # noqa: E402
-
-
-def _cli(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
 
 
 def _sizes(name: str) -> list[str]:
@@ -25,9 +18,9 @@ def _sizes(name: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_stage_runs_the_staged_step_beside_the_plain_one(capsys):
-    code, out, err = _cli(["stage", "densenet", *_sizes("densenet"), "--ratio", "1.0", "--optimizer", "sgd",
-                           "--steps", "2", "--json"], capsys)
+def test_stage_runs_the_staged_step_beside_the_plain_one():
+    code, out, err = cli_invoke("stage", "densenet", *_sizes("densenet"), "--ratio", "1.0", "--optimizer", "sgd",
+                                "--steps", "2", "--json")
     assert code in (0, None), err
     summary = json.loads(out)
     assert summary["state_equals_plain"] is True
@@ -36,10 +29,10 @@ def test_stage_runs_the_staged_step_beside_the_plain_one(capsys):
     assert summary["staging_s"] > 0 and summary["staged_step_ms"] > 0
 
 
-def test_stage_mistakes_are_one_line(capsys):
-    code, out, err = _cli(["stage", "densenet", "--optimizer", "lion", "--ratio", "1"], capsys)
+def test_stage_mistakes_are_one_line():
+    code, out, err = cli_invoke("stage", "densenet", "--optimizer", "lion", "--ratio", "1")
     assert code == 2 and "--optimizer" in err and len(err.strip().splitlines()) == 1
-    code, out, err = _cli(["stage", "densenet", *_sizes("densenet"), "--ratio", "0.05"], capsys)
+    code, out, err = cli_invoke("stage", "densenet", *_sizes("densenet"), "--ratio", "0.05")
     assert code == 2 and "does not fit" in err and len(err.strip().splitlines()) == 1
 
 
@@ -47,13 +40,13 @@ STEPS_FILE = __import__("pathlib").Path(__file__).resolve().parents[1] / "captur
 
 
 @pytest.mark.slow
-def test_run_staged_stages_a_user_s_own_step_with_its_optimizer(capsys):
+def test_run_staged_stages_a_user_s_own_step_with_its_optimizer():
     """`dtrlab run --staged` on a user's factory (an MLP with Adam): the staging time apart from the
     step medians, and the state after both runs (parameters, gradients, Adam's state) the same.
     (Staged below ratio 1, bitwise: tests/staged/test_stage.py; this MLP's activations leave DTR no
     room at 0.7.)"""
-    code, out, err = _cli(["run", "--script", f"{STEPS_FILE}:mlp_adam", "--batch", "64", "--staged",
-                           "--ratio", "1.0", "--steps", "3", "--json"], capsys)
+    code, out, err = cli_invoke("run", "--script", f"{STEPS_FILE}:mlp_adam", "--batch", "64", "--staged",
+                                "--ratio", "1.0", "--steps", "3", "--json")
     assert code in (0, None), err
     summary = json.loads(out)
     assert summary["state_equals_plain"] is True and summary["plans"] == 2  # Adam's state: planned again
@@ -61,7 +54,7 @@ def test_run_staged_stages_a_user_s_own_step_with_its_optimizer(capsys):
     assert set(summary["last_plan_ms"]) >= {"trace", "lower", "simulate", "check", "rewrite"}
 
 
-def test_run_staged_refuses_the_live_runtime_s_options_in_one_line(capsys):
-    code, out, err = _cli(["run", "densenet", "--staged", "--ratio", "1", "--compare-sim", "--check"], capsys)
+def test_run_staged_refuses_the_live_runtime_s_options_in_one_line():
+    code, out, err = cli_invoke("run", "densenet", "--staged", "--ratio", "1", "--compare-sim", "--check")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--compare-sim, --check belong to the live runtime" in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,22 @@ def result_rows(frame):
     """A store's rows as comparable dicts in key order (NaN made None so that rows compare)."""
     rows = frame.sort_values("key")[RESULT_COLUMNS].astype(object)
     return rows.where(rows.notna(), None).to_dict("records")
+
+
+# --- a run that cannot end before its timeout -------------------------------------------------------
+
+HOLD = "DTRLAB_TEST_HOLD_SCORES"  # set in the environment: held_dtr never returns
+HELD_DTR = "sweep_helpers:held_dtr"  # its import path: a worker process imports it (tests/sweep on PYTHONPATH)
+HERE = Path(__file__).resolve().parent
+
+
+def held_dtr(f):
+    """DTR's score, which blocks for good while HOLD is set: a run that no timeout can outlast, however
+    fast the machine. A worker reads HOLD from the environment it was started with."""
+    if os.environ.get(HOLD):
+        threading.Event().wait()
+    den = f.size_bytes * f.staleness_ns
+    return (f.compute_ns + f.neighborhood_ns) / den if den > 0 else float("inf")
+
+
+held_dtr.needs = ("regions",)  # formula.NEIGHBORHOOD: e*, kept by the optimized runtimes

@@ -5,14 +5,15 @@ rows, row for row, through the real CLI."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
-from dtrlab.cli import main
+from conftest import cli_invoke
 from dtrlab.sweep.store import results_dataframe
 from sweep_helpers import TRACES, needs_shared, result_rows
 
@@ -27,9 +28,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _dask(*args: str) -> subprocess.Popen:
+def _dask(*args: str, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    # Processes of their own: a cluster's scheduler and workers are what the test is about.
     return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=os.environ.copy())
+                            stderr=stderr, env=os.environ.copy(), text=True)
+
+
+def _await_line(proc: subprocess.Popen, text: str) -> None:
+    """Read the process's log (stderr) until a line holds `text`, then drain the rest in a thread, so
+    that the process never blocks on a full pipe."""
+    for line in proc.stderr:
+        if text in line:
+            threading.Thread(target=shutil.copyfileobj, args=(proc.stderr, open(os.devnull, "w")),
+                             daemon=True).start()
+            return
+    raise RuntimeError(f"`dask {proc.args[3]}` ended (exit status {proc.wait()}) before logging {text!r}")
 
 
 @pytest.fixture
@@ -38,17 +51,12 @@ def cluster():
     address = f"tcp://127.0.0.1:{port}"
     from distributed import Client
 
-    procs = [_dask("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")]
+    procs = [_dask("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard",
+                   stderr=subprocess.PIPE)]
     client = None
     try:
-        deadline = time.monotonic() + 60
-        while client is None:
-            try:
-                client = Client(address, timeout="2s")
-            except OSError:
-                if time.monotonic() > deadline or procs[0].poll() is not None:
-                    raise
-                time.sleep(0.3)
+        _await_line(procs[0], "Scheduler at:")  # it logs this once it listens
+        client = Client(address, timeout="60s")
         procs += [_dask("worker", address, "--nthreads", "1", "--no-dashboard", "--name", f"w{i}")
                   for i in range(2)]
         client.wait_for_workers(2, timeout=60)
@@ -66,12 +74,6 @@ def cluster():
                 p.kill()
 
 
-def _sweep(argv) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        main(["sweep", str(TRACES), *argv])
-    assert exit_.value.code == 0
-
-
 def _tasks_done(client) -> int:
     """How many runs the scheduler saw finish on its workers (tasks are named by their function,
     the leading underscore dropped; a finished task has passed through the state "memory")."""
@@ -85,8 +87,8 @@ def _tasks_done(client) -> int:
 def test_a_cluster_of_processes_gives_the_local_rows(cluster, tmp_path):
     address, client = cluster
     local, remote = tmp_path / "local.duckdb", tmp_path / "remote.duckdb"
-    _sweep([*ARGS, "--store", str(local), "--workers", "2"])
-    _sweep([*ARGS, "--store", str(remote), "--executor", "dask", "--scheduler", address])
+    cli_invoke("sweep", TRACES, *ARGS, "--store", local, "--workers", "2", check=True)
+    cli_invoke("sweep", TRACES, *ARGS, "--store", remote, "--executor", "dask", "--scheduler", address, check=True)
     rows = result_rows(results_dataframe(remote))
     assert len(rows) == 8
     assert rows == result_rows(results_dataframe(local))

@@ -19,9 +19,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from dtrlab.cli import app
+from conftest import cli_invoke
 from dtrlab.sweep import executors
 from dtrlab.sweep.run import run_sweep
 from dtrlab.sweep.store import SCHEMA_VERSION, Store, results_dataframe, wal_path
@@ -58,6 +57,7 @@ def _killed_store(folder: Path) -> Path:
     script = folder / "killed.py"
     script.write_text(KILLED)
     path = folder / "killed.duckdb"
+    # A process of its own: only a real SIGKILL leaves a store as a killed writer does.
     proc = subprocess.Popen([sys.executable, str(script), str(TRACES), str(path), str(RUNS), str(CHECKPOINTED)],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(SRC)))
     assert proc.stdout.readline().strip() == "committed"
@@ -198,7 +198,7 @@ def test_a_damaged_store_is_one_line_and_left_as_it_was(killed, tmp_path, fault,
     damage, words = FAULTS[fault]
     damage(path)
     before = _digests(tmp_path)
-    result = CliRunner().invoke(app, [str(a) for a in COMMANDS[command](path)])
+    result = cli_invoke(*COMMANDS[command](path))
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"dtrlab: {path}: "), result.stderr
@@ -232,7 +232,7 @@ def test_salvage_copies_every_run_before_the_damage_into_a_new_store(killed, exp
     before = _digests(path.parent)
 
     out = tmp_path / "saved.duckdb"
-    result = CliRunner().invoke(app, ["results", "salvage", "--store", str(path), "--out", str(out)])
+    result = cli_invoke("results", "salvage", "--store", str(path), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert _digests(path.parent) == before and not wal_path(out).exists()
 
@@ -246,7 +246,7 @@ def test_salvage_copies_every_run_before_the_damage_into_a_new_store(killed, exp
     with Store(out) as store:  # a whole store again: a sweep can go on in it
         assert len(store) == len(wanted)
 
-    again = CliRunner().invoke(app, ["results", "salvage", "--store", str(path), "--out", str(out)])
+    again = cli_invoke("results", "salvage", "--store", str(path), "--out", str(out))
     assert again.exit_code == 2 and "already exists" in again.stderr
 
 
@@ -258,8 +258,8 @@ def test_export_out_mistakes_are_one_line_and_leave_no_file(killed, tmp_path):
              tmp_path / "missing" / "out.parquet": "does not exist"}
     before = _digests(tmp_path)
     for out, words in cases.items():
-        result = CliRunner().invoke(app, ["results", "export", "--store", str(path), "--format", "parquet",
-                                          "--out", str(out)])
+        result = cli_invoke("results", "export", "--store", str(path), "--format", "parquet",
+                            "--out", str(out))
         assert result.exit_code == 2 and words in result.stderr and len(result.stderr.splitlines()) == 1, result.output
     assert _digests(tmp_path) == before and sorted(p.name for p in (tmp_path / "folder").iterdir()) == []
 
@@ -274,7 +274,7 @@ def test_an_export_that_fails_midway_leaves_the_old_file_and_no_partial(killed, 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", half_then_full_disk)
-    result = CliRunner().invoke(app, ["results", "export", "--store", str(path), "--format", "csv", "--out", str(out)])
+    result = cli_invoke("results", "export", "--store", str(path), "--format", "csv", "--out", str(out))
     assert result.exit_code == 2 and "No space left on device" in result.stderr, result.output
     assert out.read_text() == "the previous export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "store.duckdb", "store.duckdb.wal"]
@@ -286,8 +286,8 @@ def test_an_unreachable_scheduler_is_one_line_and_makes_no_store(tmp_path, monke
         port = s.getsockname()[1]
     monkeypatch.setattr(executors, "SCHEDULER_CONNECT_TIMEOUT_S", 1)
     store = tmp_path / "new.duckdb"
-    result = CliRunner().invoke(app, ["sweep", str(TRACES), "-t", "resnet32", "--ratios", "0.3", "--store", str(store),
-                                      "--executor", "dask", "--scheduler", f"tcp://127.0.0.1:{port}", "--no-progress"])
+    result = cli_invoke("sweep", str(TRACES), "-t", "resnet32", "--ratios", "0.3", "--store", str(store),
+                        "--executor", "dask", "--scheduler", f"tcp://127.0.0.1:{port}", "--no-progress")
     assert result.exit_code == 2, result.output
     assert "cannot reach the Dask scheduler" in result.stderr and len(result.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
@@ -314,6 +314,7 @@ def test_a_stop_signal_keeps_what_is_stored_and_says_so(tmp_path, stop):
     script = tmp_path / "say.py"
     script.write_text(SAY_STORED)
     path = tmp_path / "term.duckdb"
+    # A process of its own: a real signal, its handlers and the exit status 128 + signal are the test.
     # The pure-Python engine keeps each run slow enough to be caught mid-sweep.
     proc = subprocess.Popen([sys.executable, str(script), "sweep", str(TRACES), "-t", "resnet32",
                              "--ratios", "0.10:0.20:0.01", "--engine", "python", "--workers", "1",
@@ -368,8 +369,7 @@ def test_a_worker_that_dies_loses_its_run_and_the_sweep_goes_on(tmp_path, monkey
     assert (again.ran, again.skipped, again.lost) == (1, 3, ())
 
 
-def test_the_sweep_command_names_a_lost_run_and_exits_1(tmp_path, monkeypatch, capsys):
-    from dtrlab.cli import main
+def test_the_sweep_command_names_a_lost_run_and_exits_1(tmp_path, monkeypatch):
     from dtrlab.sweep import executors
 
     real_start = executors.Worker.start
@@ -380,11 +380,9 @@ def test_the_sweep_command_names_a_lost_run_and_exits_1(tmp_path, monkeypatch, c
             worker.process.kill()
 
     monkeypatch.setattr(executors.Worker, "start", start_then_kill)
-    with pytest.raises(SystemExit) as exit_:
-        main(["sweep", str(TRACES), "-t", "resnet32", "--ratios", "0.15,0.2,0.25", "--store",
-              str(tmp_path / "s.duckdb"), "--workers", "1"])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 1
+    code, _, err = cli_invoke("sweep", TRACES, "-t", "resnet32", "--ratios", "0.15,0.2,0.25", "--store",
+                              tmp_path / "s.duckdb", "--workers", "1")
+    assert code == 1
     assert "lost: a worker process died (exit status -9) while running resnet32 dtr" in err
     assert "1 runs not stored because their worker process died; run the same command again" in err
     assert len(results_dataframe(tmp_path / "s.duckdb")) == 2

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from dtrlab.sim.simulate import budget_from_ratio
 from dtrlab.sweep.run import refine_specs, run_sweep
 from dtrlab.sweep.store import Store, results_dataframe
 from dtrlab.sweep.worker import Worker
-from sweep_helpers import TRACES, needs_shared, oracle, program, resnet_specs, result_rows
+from sweep_helpers import HELD_DTR, HERE, HOLD, TRACES, needs_shared, oracle, program, resnet_specs, result_rows
 
 pytestmark = needs_shared
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -128,6 +128,7 @@ def test_kill_minus_nine_then_resume_stores_every_run_once(tmp_path):
     script.write_text(SCRIPT)
     path = tmp_path / "killed.duckdb"
     env = dict(os.environ, PYTHONPATH=str(SRC))
+    # A process of its own: kill -9 of a sweep and its orphaned workers are the test.
     # The pure-Python engine keeps every run slow enough to be caught mid-sweep.
     argv = [sys.executable, str(script), str(TRACES), str(path), "python"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
@@ -137,14 +138,20 @@ def test_kill_minus_nine_then_resume_stores_every_run_once(tmp_path):
         if stored == 3:
             break
     workers = _children(proc.pid)
+    # Handles on the workers' ends, taken while their parent lives (so the pids are still theirs).
+    ends = [os.pidfd_open(w) for w in workers]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
     assert len(workers) == 2
-    # Orphaned workers notice and exit (within a second; generous bound for a loaded machine).
-    deadline = time.monotonic() + 60
-    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # Orphaned workers notice and exit (within a second): wait for the exits themselves, a handle
+    # becoming readable when its process ends (the bound is only for a worker that never does).
+    try:
+        select.select(ends[:1], [], [], 60)
+        select.select(ends[1:], [], [], 60)
+    finally:
+        for fd in ends:
+            os.close(fd)
     assert not any(_alive(w) for w in workers)
 
     partial = results_dataframe(path)
@@ -170,9 +177,18 @@ def test_kill_minus_nine_then_resume_stores_every_run_once(tmp_path):
 # --- timeouts ---------------------------------------------------------------------------------
 
 
-def test_a_run_past_its_timeout_is_stopped_by_killing_its_process():
-    # resnet32 at 0.1 on the pure-Python engine takes the better part of a second; 20 ms is far less.
-    spec = replace(resnet_specs([0.1])[0], engine="python")
+@pytest.fixture
+def held_runs(monkeypatch):
+    """Workers started now import held_dtr (from tests/sweep) and hold; `release()`, the fixture's value,
+    lets the workers started after it run to the end."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv(HOLD, "1")
+    return lambda: monkeypatch.delenv(HOLD)
+
+
+def test_a_run_past_its_timeout_is_stopped_by_killing_its_process(held_runs):
+    # The run's score never returns (held_dtr): any timeout, 20 ms here, is shorter than the run.
+    spec = resnet_specs([0.1], [HELD_DTR])[0]
     worker = Worker()
     try:
         done = worker.run(spec, timeout_s=0.02)
@@ -182,9 +198,9 @@ def test_a_run_past_its_timeout_is_stopped_by_killing_its_process():
         worker.close(kill=True)
 
 
-def test_timeouts_are_stored_and_retried_only_with_more_time(tmp_path):
+def test_timeouts_are_stored_and_retried_only_with_more_time(tmp_path, held_runs):
     path = tmp_path / "t.duckdb"
-    slow = replace(resnet_specs([0.1])[0], engine="python")
+    slow = resnet_specs([0.1], [HELD_DTR])[0]  # held: it cannot end within 20 ms, until release()
     quick = resnet_specs([0.3])[0]
     # One worker: after the timeout a fresh process must take over for the second run.
     first = run_sweep([slow, quick], path, workers=1, timeout_s=0.02, progress=False)
@@ -194,6 +210,7 @@ def test_timeouts_are_stored_and_retried_only_with_more_time(tmp_path):
         timed_out = store.timed_out()
     assert timed_out[slow.key] == 0.02  # the quick run may time out too on the pure-Python engine
     assert run_sweep([slow, quick], path, workers=1, timeout_s=0.02, progress=False).ran == 0
+    held_runs()  # release: the retry's fresh workers run held_dtr to its end
     again = run_sweep([slow, quick], path, workers=1, timeout_s=600, progress=False)
     assert again.ran == len(timed_out) and again.skipped == 2 - len(timed_out)
     rows = results_dataframe(path).set_index("key")

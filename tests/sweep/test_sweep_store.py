@@ -137,6 +137,7 @@ def test_missing_store_folder_and_lock_are_one_line(tmp_path):
     with Store(path):
         code = ("import sys; from dtrlab.sweep.store import Store; from dtrlab.errors import UsageError\n"
                 "try: Store(sys.argv[1])\nexcept UsageError as e: print(e)")
+        # Another process: the store's lock is between processes (this one holds it open).
         out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                              env={"PYTHONPATH": str(SRC)}, check=True)
     assert "in use by another process" in out.stdout and out.stdout.count("\n") == 1

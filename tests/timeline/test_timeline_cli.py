@@ -4,29 +4,22 @@ and bad input as one line with exit status 2."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from dtrlab.sim.instruments import KIND_NAMES
 
-from conftest import TRACES, needs_shared
+from conftest import TRACES, cli_invoke, needs_shared
 from timeline_cases import perfetto_packets, public_run
-
-
-def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "dtrlab.cli", "timeline", *args], capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @needs_shared
 def test_csv_is_the_event_log_row_for_row(tmp_path):
     out = tmp_path / "run.csv"
-    proc = _cli(str(TRACES), "-t", "resnet32", "-r", "0.102", "-f", "csv", "-o", str(out), "--json")
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout)
+    done = cli_invoke("timeline", str(TRACES), "-t", "resnet32", "-r", "0.102", "-f", "csv", "-o", str(out), "--json")
+    assert done.exit_code == 0, done.stderr
+    info = json.loads(done.stdout)
     log = public_run("resnet32", 0.102).log
     df = pd.read_csv(out)
     assert info["events"] == info["written"] == len(df) == len(log)
@@ -41,9 +34,9 @@ def test_csv_is_the_event_log_row_for_row(tmp_path):
 @pytest.mark.parametrize("fmt", ["perfetto", "memviz"])
 def test_each_format_is_written_with_its_counts(tmp_path, fmt):
     out = tmp_path / f"run.{fmt}"
-    proc = _cli(str(TRACES), "-t", "unet", "-r", "0.6", "-f", fmt, "-o", str(out), "--json")
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout)
+    done = cli_invoke("timeline", str(TRACES), "-t", "unet", "-r", "0.6", "-f", fmt, "-o", str(out), "--json")
+    assert done.exit_code == 0, done.stderr
+    info = json.loads(done.stdout)
     assert info["file_bytes"] == out.stat().st_size > 0 and info["outcome"] == "ok"
     if fmt == "perfetto":
         assert len(perfetto_packets(out)) == info["written"]["packets"]
@@ -60,11 +53,11 @@ def test_bad_arguments_are_one_line(tmp_path, args, message):
     base = ["-r", "0.5", "-f", "csv", "-o", str(tmp_path / "x.csv")]
     if args[0] == "--format":
         base = base[:2] + base[4:]
-    proc = _cli(*base, *args, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.startswith("dtrlab: ") and message in proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    done = cli_invoke("timeline", *base, *args)
+    assert done.exit_code == 2 and done.stderr.startswith("dtrlab: ") and message in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_an_out_path_in_a_missing_folder_is_refused(tmp_path):
-    proc = _cli("-r", "0.5", "-f", "csv", "-o", str(tmp_path / "nope" / "x.csv"), timeout=120)
-    assert proc.returncode == 2 and proc.stderr == f"dtrlab: {tmp_path / 'nope'}: no such folder\n"
+    done = cli_invoke("timeline", "-r", "0.5", "-f", "csv", "-o", str(tmp_path / "nope" / "x.csv"))
+    assert done.exit_code == 2 and done.stderr == f"dtrlab: {tmp_path / 'nope'}: no such folder\n"

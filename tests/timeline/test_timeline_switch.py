@@ -3,8 +3,6 @@ recompute time, memory within the budget), the faster run first, and the marker 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 from dtrlab.analysis.divergence import diverge
 from dtrlab.analysis.scan import parse_budget
@@ -12,7 +10,7 @@ from dtrlab.sim.simulate import simulate
 from dtrlab.timeline.switchplot import switch_runs
 from dtrlab.trace import load_one
 
-from conftest import TRACES, needs_compiled, needs_shared
+from conftest import TRACES, cli_invoke, needs_compiled, needs_shared
 
 pytestmark = [needs_shared, needs_compiled]
 
@@ -36,8 +34,6 @@ def test_series_are_the_runs_counters_and_the_marker_is_diverges():
 
 def test_compare_plot_writes_a_png(tmp_path):
     out = tmp_path / "switch.png"
-    proc = subprocess.run([sys.executable, "-m", "dtrlab.cli", "compare", str(TRACES), "-t", "resnet32",
-                           "--between", "0.110", "0.111", "--plot", str(out), "--json"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"figure: {out}" in proc.stderr
+    done = cli_invoke("compare", TRACES, "-t", "resnet32", "--between", "0.110", "0.111", "--plot", out, "--json")
+    assert done.exit_code == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"figure: {out}" in done.stderr

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import dtrlab.sim.simulate as simulate_module
 import dtrlab.trace.cache as cache_module
+from conftest import cli_invoke
 from dtrlab.semantics import SEMANTICS_VERSION
 from dtrlab.sim.simulate import Baseline, baseline, compute_baseline, simulate
 from dtrlab.trace import load, load_one
@@ -237,15 +238,10 @@ def test_no_temporary_files_are_left(cache):
     assert len(entries(cache)) == 4
 
 
-def test_simulate_from_an_edited_npz_equals_no_cache(cache, capsys):
+def test_simulate_from_an_edited_npz_equals_no_cache(cache):
     """The issue's case: a cost edited in the .npz was trusted, and simulate differed from --no-cache."""
-    from dtrlab.cli import main
-
     def run(*extra):
-        with pytest.raises(SystemExit) as info:
-            main(["simulate", str(TINY), "-r", "0.5", "--json", *extra])
-        assert info.value.code == 0
-        return json.loads(capsys.readouterr().out)
+        return json.loads(cli_invoke("simulate", TINY, "-r", "0.5", "--json", *extra, check=True).stdout)
 
     fresh = run("--no-cache")
     assert run()["clock_ns"] == fresh["clock_ns"]  # fills the cache
@@ -269,6 +265,7 @@ def test_reading_through_the_cache_needs_nothing_of_the_simulator(tmp_path):
     code = ("import sys; from dtrlab.trace import load_one; "
             f"p = load_one({str(TINY)!r}); assert p.meta['cache'] in ('hit', 'miss'); "
             "print(sorted(m for m in sys.modules if m.startswith('dtrlab.sim')))")
+    # A fresh interpreter: what an import pulls in shows only in a process that imported nothing before.
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, DTRLAB_CACHE_DIR=str(tmp_path)))
     assert out.stdout.strip() == "[]"

@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from dtrlab.cli import main
+from conftest import cli_invoke
 from trace_helpers import GOOD, call, const, obj
 
 INT64_OVER = str(2**63)
@@ -209,13 +209,6 @@ CASES = [
 ]
 
 
-def cli(capsys, args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
-
-
 def write_files(root, files) -> None:
     for rel, content in files.items():
         path = root / rel
@@ -235,15 +228,64 @@ def command(args, target, store) -> list:
     return ["trace", "info", target, "--no-cache", *args]
 
 
-def test_there_are_many_distinct_cases():
+def _trace_error_reasons() -> list[tuple[str, str]]:
+    """Every reason a TraceError is raised with in the reader and the lowering, read from their source
+    as (where, pattern): the reason's literal text, with `.*` where it interpolates a value."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import dtrlab.trace
+
+    found = []
+    for module in ("read.py", "lower.py"):
+        path = Path(dtrlab.trace.__file__).parent / module
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", None))
+            if name == "TraceError" and len(node.args) == 3:
+                reason = node.args[2]
+            elif name == "_err" and len(node.args) == 2:
+                reason = node.args[1]
+            else:
+                continue
+            for expr in ([reason.body, reason.orelse] if isinstance(reason, ast.IfExp) else [reason]):
+                if isinstance(expr, ast.Constant):
+                    pattern = re.escape(expr.value)
+                elif isinstance(expr, ast.JoinedStr):
+                    pattern = ".*".join(re.escape(v.value) if isinstance(v, ast.Constant) else "" for v in expr.values)
+                else:
+                    continue  # `_err`'s own body: TraceError(self.path, line, reason)
+                found.append((f"{module}:{node.lineno}", pattern))
+    return found
+
+
+def test_the_cases_reach_many_distinct_reasons_of_the_reader(tmp_path):
+    """Many cases, told apart by the code: the error lines the CLI prints for them match at least 28
+    distinct reasons the reader and the lowering raise (the others are met one by one in test_errors),
+    so two cases that the code lumps under one reason count once."""
+    import re
+
     assert len({c[0] for c in CASES}) == len(CASES) >= 70
+    lines = []
+    for name, files, target, args, expected in CASES:
+        if expected in ("ok", "ran"):
+            continue
+        root = tmp_path / name
+        write_files(root, files)
+        lines.append(cli_invoke(*command(args, root / target, root / "store.duckdb")).stderr)
+    reasons = _trace_error_reasons()
+    assert len(reasons) >= 40  # the search above finds the raise sites, or this test would pass on nothing
+    met = {pattern for _, pattern in reasons if any(re.search(pattern, line) for line in lines)}
+    assert len(met) >= 28, sorted(met)
 
 
 @pytest.mark.parametrize("name, files, target, args, expected", CASES, ids=[c[0] for c in CASES])
-def test_hostile_input(tmp_path, capsys, name, files, target, args, expected):
+def test_hostile_input(tmp_path, name, files, target, args, expected):
     write_files(tmp_path, files)
     path = tmp_path / target
-    code, out, err = cli(capsys, command(args, path, tmp_path / "store.duckdb"))
+    code, out, err = cli_invoke(*command(args, path, tmp_path / "store.duckdb"))
     if expected == "ran":
         assert (code, err) == (0, "")
         return
@@ -251,8 +293,8 @@ def test_hostile_input(tmp_path, capsys, name, files, target, args, expected):
         assert (code, err) == (0, ""), err
         # Legal input runs on both engines, under a budget that forces evictions.
         for engine in ("python", "c"):
-            code, out, err = cli(capsys, ["simulate", path, "-r", "0.5", "--engine", engine, "--json",
-                                          "--no-cache", *args])
+            code, out, err = cli_invoke("simulate", path, "-r", "0.5", "--engine", engine, "--json",
+                                        "--no-cache", *args)
             assert code == 0, err
             assert json.loads(out)["outcome"] in ("ok", "oom")
         return

@@ -10,8 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import SIMRD_ZIP, TRACES, needs_shared, needs_simrd_zip, public_program, require
-from dtrlab.cli import main
+from conftest import SIMRD_ZIP, TRACES, cli_invoke, needs_shared, needs_simrd_zip, public_program, require
 from dtrlab.errors import UsageError
 from dtrlab.trace import load, load_one, open_source, shipped_traces
 from dtrlab.trace.read import select, unique_names
@@ -69,20 +68,13 @@ def test_programs_from_the_unzipped_folders_equal_the_public_ones(unzipped):
             assert_same_program(program, public_program(program.name))
 
 
-def _cli_json(capsys, *args):
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    assert info.value.code == 0, out.err
-    return json.loads(out.out)
-
-
 @needs_shared
 @needs_simrd_zip
-def test_trace_info_reads_each_layout(unzipped, capsys):
-    want = _cli_json(capsys, "trace", "info", TRACES, "-t", "unet", "-t", "resnet32", "--json")
+def test_trace_info_reads_each_layout(unzipped):
+    want = json.loads(cli_invoke("trace", "info", TRACES, "-t", "unet", "-t", "resnet32", "--json", check=True).stdout)
     for source in (SIMRD_ZIP, unzipped / "logs", unzipped):
-        got = _cli_json(capsys, "trace", "info", source, "-t", "unet", "-t", "resnet32", "--json")
+        got = json.loads(cli_invoke("trace", "info", source, "-t", "unet", "-t", "resnet32", "--json",
+                                    check=True).stdout)
         assert got == want
     assert [i["name"] for i in want] == ["unet", "resnet32"]  # in the order asked
 
@@ -144,13 +136,11 @@ def test_an_exact_name_wins_over_prefixes(tmp_path):
     assert [s.name for s in select(renamed, ["res"])] == ["resnet32", "resnet32-8"]
 
 
-def test_a_sweep_over_clashing_names_resumes(clashing, capsys):
+def test_a_sweep_over_clashing_names_resumes(clashing):
     store = clashing / "store.duckdb"
     args = ["sweep", clashing, "--budget-bytes", "2000000000,3000000000", "--store", store, "--workers", "1"]
     for _ in range(2):  # the second run finds every result stored and reports no change
-        with pytest.raises(SystemExit) as info:
-            main([str(a) for a in args])
-        assert info.value.code == 0, capsys.readouterr().err
+        cli_invoke(*args, check=True)
     from dtrlab.sweep.store import results_dataframe
 
     df = results_dataframe(str(store))
