@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 
 from conftest import cli_invoke  # noqa: E402
 from dtrlab.capture.recorder import record  # noqa: E402
+from dtrlab.capture.save import save  # noqa: E402
 from dtrlab.live.runs import simulate_plan  # noqa: E402
 from dtrlab.live.session import LiveBudgetError, LiveSession, make_plan  # noqa: E402
 from dtrlab.sim.simulate import baseline  # noqa: E402
@@ -91,10 +92,14 @@ def test_run_reports_an_out_of_memory_optimizer_step_as_simulate_does(engine, tm
     line says where (the JSON's `oom_at` too) and what was compared."""
     path, step = _script_step(tmp_path)
     step()
-    plan = make_plan(record(step).instructions)
+    capture = record(step)
+    plan = make_plan(capture.instructions)
     ratio = next(r for r, where, _, _ in _outcomes(step, plan, engine) if "optimizer" in where)
+    # the run follows this same capture: one captured again would time its operators afresh, and
+    # a plan's costs decide which storage DTR evicts, so the OOM could move to another line
+    save(capture, tmp_path / "plan.log")
     argv = ["run", "--script", f"{path}:make", "--ratio", str(ratio), "--compare-sim", "--engine", engine,
-            "--threads", "1"]
+            "--threads", "1", "--plan", str(tmp_path / "plan.log")]
     done = cli_invoke(*argv, "--json")
     got = json.loads(done.stdout)
     assert done.exit_code in (0, None)

@@ -32,6 +32,11 @@ class Terms:
     score: float
     features: dict = field(default_factory=dict, compare=False, repr=False)  # every feature, by name
 
+    def shown(self) -> dict:
+        """The candidate as the JSON shows it: DTR's terms and the score (every feature stays inside,
+        for the mechanism's factors)."""
+        return {k: v for k, v in self.__dict__.items() if k != "features"}
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -60,7 +65,7 @@ class Divergence:
                 return None
             return {"ratio": c.budget.ratio, "budget_bytes": c.budget.budget_bytes, "clock_ns": c.clock_ns,
                     "chosen": c.chosen, "memory_bytes": c.memory_bytes,
-                    "candidates": [t.__dict__ for t in c.candidates]}
+                    "candidates": [t.shown() for t in c.candidates]}
         return {"index": self.index, "evictions_a": self.evictions_a, "evictions_b": self.evictions_b,
                 "a": side(self.a), "b": side(self.b)}
 
