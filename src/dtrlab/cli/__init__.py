@@ -15,9 +15,9 @@ from typer.core import TyperGroup
 from ..version import __version__
 from ..coercion import plain_coercions
 from ..errors import DtrlabError
-from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
-from .options import (BYTES_OPT, ENGINE_OPT, JSON_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT,
+from .options import (BYTES_OPT, ENGINE_OPT, JSON_LIST_OPT, JSON_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT,
+                      POLICY_OPT, RATIO_OPT, TRACE_OPT, TRACES_LIST_OPT,
                       RUNTIME_HELP, SEED_OPT, SOURCE_ARG, TRACES_OPT, EngineName)
 from ..formats import bytes_text, count_text, ns_text, overhead_text
 from ..output import console, print_json
@@ -164,8 +164,7 @@ def _info(program) -> dict:
 def trace_info(
     source: Optional[str] = SOURCE_ARG,
     traces: Optional[str] = TRACES_OPT,
-    trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
-                                              help="Only traces whose name starts with NAME (repeatable)."),
+    trace: Optional[List[str]] = TRACES_LIST_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON: an object, or a list for several traces."),
     strict: bool = typer.Option(False, "--strict", help="A RELEASE of an unknown name is an error."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Read and lower anew; write nothing to the cache."),
@@ -203,11 +202,10 @@ _RESULT_KEYS = ("outcome", "overhead", "clock_ns", "baseline_compute_ns", "basel
 def simulate(
     source: Optional[str] = SOURCE_ARG,
     traces: Optional[str] = TRACES_OPT,
-    trace: Optional[str] = typer.Option(None, "--trace", "-t", metavar="NAME",
-                                        help="The trace whose name starts with NAME (needed when SOURCE holds several)."),
+    trace: Optional[str] = TRACE_OPT,
     ratio: Optional[float] = RATIO_OPT,
     budget_bytes: Optional[int] = BYTES_OPT,
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
+    policy: Optional[str] = POLICY_OPT,
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: str = typer.Option(DEFAULT_RUNTIME, "--runtime", help=RUNTIME_HELP),
     overhead_limit: Optional[float] = OVERHEAD_LIMIT_OPT,
@@ -308,7 +306,7 @@ def _watched(run, n_ops: int, overhead_limit: float | None):
 
 
 @app.command()
-def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
+def policies(as_json: bool = JSON_LIST_OPT) -> None:
     """The registered eviction policies, with the reference simulator's names for them."""
     from ..sim.cengine import compiled_policy
     from ..sim.policies import POLICIES
@@ -373,7 +371,7 @@ def traces_add(
 
 
 @traces_app.command("list")
-def traces_list(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
+def traces_list(as_json: bool = JSON_LIST_OPT) -> None:
     """The fetched trace sets: name, file, size and sha256."""
     from rich.table import Table
 

@@ -11,13 +11,14 @@ import typer
 
 from ..errors import UsageError
 from ..formats import overhead_text
-from .options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_HELP, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
+from .options import (BYTES_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_OPT, RATIO_OPT, RUNTIME_OPT,
                        SOURCE_ARG, TRACE_OPT, TRACES_OPT)
 from ..output import console as _console
 from ..output import NONE_FOUND, print_findings, print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import BUDGET_NOTATION, DEFAULT_RUNTIME, DEFAULT_SWITCH_FACTOR
-from .options import ENGINE_OPT, OVERHEAD_LIMIT_OPT, SEED_OPT, WORKERS_OPT, EngineName, ratios_opt
+from .options import (ENGINE_OPT, JSON_LIST_OPT, OVERHEAD_LIMIT_OPT, SEED_OPT, TRACES_LIST_OPT, WORKERS_OPT, EngineName,
+                      policy_list_opt, ratios_opt)
 from .sweep import EXECUTOR_OPT, SCHEDULER_OPT, STORE_OPT, TIMEOUT_OPT, ExecutorName
 from ..trace import resolve_source
 
@@ -386,12 +387,11 @@ def ablate_cmd(
     ratios: str = ratios_opt(...),
     runtime: str = RUNTIME_OPT,
     factor: float = typer.Option(DEFAULT_SWITCH_FACTOR, "--factor", metavar="F", help="Switch factor."),
-    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
-                                               help=POLICY_HELP + " Repeatable: rows after the ablations."),
+    policy: Optional[List[str]] = policy_list_opt(": rows after the ablations."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     seed: int = SEED_OPT,
     engine: EngineName = ENGINE_OPT,
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
+    as_json: bool = JSON_LIST_OPT,
 ) -> None:
     """Every ablation policy (ab-*) over the ratios, then any --policy: which show switches or inversions."""
     source = resolve_source(source, traces)
@@ -431,11 +431,8 @@ def ablate_cmd(
 def rank_cmd(
     source: Optional[str] = SOURCE_ARG,
     traces: Optional[str] = TRACES_OPT,
-    trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
-                                              help="Only traces whose name starts with NAME (repeatable; default: all)."),
-    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
-                                               help=POLICY_HELP + " Repeatable; default: the DTR paper's seven and "
-                                                                     "dtrlab's remedies."),
+    trace: Optional[List[str]] = TRACES_LIST_OPT,
+    policy: Optional[List[str]] = policy_list_opt("; default: the DTR paper's seven and dtrlab's remedies."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     ratios: str = ratios_opt(None, " The grid the mean overhead is taken over (default: the paper's 0.1:1.0:0.1)."),
     fine: Optional[List[str]] = typer.Option(None, "--fine", metavar="[NAME=]SPEC",

@@ -15,7 +15,7 @@ from .options import BATCH_OPT, DEVICE_OPT, MODEL_ARG, SCRIPT_OPT, SIZE_OPT
 from ..defaults import DEFAULT_POLICY, LIVE_CLOCKS
 from ..errors import UsageError
 from ..formats import bytes_text, count_text, ns_text, overhead_text
-from .options import (BYTES_OPT, ENGINE_OPT, POLICIES_FILE_OPT, POLICY_HELP, RATIO_OPT, EngineName,
+from .options import (BYTES_OPT, ENGINE_OPT, JSON_OPT, POLICIES_FILE_OPT, POLICY_OPT, RATIO_OPT, EngineName,
                        steps_opt)
 from ..output import clean, console, print_json
 
@@ -28,8 +28,7 @@ def run(
     size: Optional[List[str]] = SIZE_OPT,
     ratio: Optional[float] = RATIO_OPT,
     budget_bytes: Optional[int] = BYTES_OPT,
-    policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help=POLICY_HELP + " Default: " + DEFAULT_POLICY + "."),
+    policy: Optional[str] = POLICY_OPT,
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     clock: str = typer.Option(LIVE_CLOCKS[0], "--clock",
                               help="logical: each operator costs what the plan says (deterministic); "
@@ -56,7 +55,7 @@ def run(
                                 help="Stage the step instead (docs/staged.md): trace it once, simulate, compile "
                                      "the schedule into its graph, and time it beside the plain step, the "
                                      "staging time apart (as dtrlab stage does)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Run a real training step under a memory budget, evicting and rematerializing (DTR, live)."""
     from ..sim.policyfile import policy_given

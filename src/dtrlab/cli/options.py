@@ -34,6 +34,16 @@ RUNTIME_OPT = typer.Option(DEFAULT_RUNTIME, "--runtime", help=RUNTIME_HELP)
 
 TRACE_HELP = "The trace whose name starts with NAME (needed when SOURCE holds several)."
 TRACE_OPT = typer.Option(None, "--trace", "-t", metavar="NAME", help=TRACE_HELP)
+TRACES_LIST_OPT = typer.Option(None, "--trace", "-t", metavar="NAME",
+                               help="Only traces whose name starts with NAME (repeatable; default: all).")
+
+
+def policy_list_opt(extra: str):
+    """--policy (-p) repeated: a command over several policies; `extra` says what they do there."""
+    return typer.Option(None, "--policy", "-p", metavar="P", help=POLICY_HELP + " Repeatable" + extra)
+
+
+JSON_LIST_OPT = typer.Option(False, "--json", help="Print a JSON list.")
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object.")
 # A budget: exactly one of the two (sim.simulate.check_budget_args says which mistake was made).
 # -r is the budget as a ratio of the unbounded peak everywhere: one (--ratio) for a command about

@@ -12,7 +12,7 @@ import typer
 
 from .optimal import GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName
 from ..defaults import REPORT_OVERHEAD_LIMIT
-from .options import JSON_OPT, OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, POLICY_HELP, TRACES_OPT, WORKERS_OPT
+from .options import JSON_OPT, OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, TRACES_OPT, WORKERS_OPT, policy_list_opt
 from ..output import console, print_json
 from ..trace import choose_source
 
@@ -50,8 +50,7 @@ def reproduce_cmd(
     workers: Optional[int] = WORKERS_OPT,
     overhead_limit: float = typer.Option(REPORT_OVERHEAD_LIMIT, "--overhead-limit", metavar="X",
                                          help=OVERHEAD_LIMIT_HELP),
-    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
-                                               help=POLICY_HELP + " Repeatable: each joins the leaderboard."),
+    policy: Optional[List[str]] = policy_list_opt(": each joins the leaderboard."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     optimal: bool = typer.Option(False, "--optimal",
                                  help="Also solve each trace's coarse budgets and the study's windows with the "

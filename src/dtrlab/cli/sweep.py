@@ -14,8 +14,9 @@ from typer.core import TyperGroup
 from ..errors import UsageError
 from .optimal import BOUND_ONLY_OPT, GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName, settings_given
 from ..optimal.defaults import OPTIMAL_POLICY
-from .options import (ENGINE_OPT, JSON_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, POLICY_HELP, RUNTIME_HELP, SEED_OPT,  # noqa: F401
-                       SOURCE_ARG, TRACES_OPT, WORKERS_OPT, EngineName, ratios_opt)
+from .options import (ENGINE_OPT, JSON_OPT, OVERHEAD_LIMIT_OPT, POLICIES_FILE_OPT, RUNTIME_HELP, SEED_OPT,  # noqa: F401
+                       SOURCE_ARG, TRACES_LIST_OPT, TRACES_OPT, WORKERS_OPT, EngineName, policy_list_opt,
+                       ratios_opt)
 from ..output import console, print_json
 from ..defaults import DEFAULT_POLICY
 from ..defaults import DEFAULT_RUNTIME
@@ -50,15 +51,13 @@ class ExportFormat(str, Enum):
 def sweep(
     source: Optional[str] = SOURCE_ARG,
     traces: Optional[str] = TRACES_OPT,
-    trace: Optional[List[str]] = typer.Option(None, "--trace", "-t", metavar="NAME",
-                                              help="Only traces whose name starts with NAME (repeatable; default: all)."),
+    trace: Optional[List[str]] = TRACES_LIST_OPT,
     ratios: Optional[str] = ratios_opt(),
     budget_bytes: Optional[str] = typer.Option(None, "--budget-bytes", "-b", metavar="LIST",
                                                help="Budgets in bytes: a list and/or ranges START:STOP:STEP."),
-    policy: Optional[List[str]] = typer.Option(None, "--policy", "-p", metavar="P",
-                                               help=POLICY_HELP + f" Or {OPTIMAL_POLICY}: the solver's best schedule "
-                                                    "and a lower bound, one solve a budget (docs/optimal.md). "
-                                                    "Repeatable; default: " + DEFAULT_POLICY + "."),
+    policy: Optional[List[str]] = policy_list_opt(f"; default: {DEFAULT_POLICY}. Or {OPTIMAL_POLICY}: the solver's "
+                                                  "best schedule and a lower bound, one solve a budget "
+                                                  "(docs/optimal.md)."),
     policies_file: Optional[str] = POLICIES_FILE_OPT,
     runtime: Optional[List[str]] = typer.Option(None, "--runtime", metavar="R",
                                                 help=RUNTIME_HELP + " Repeatable; default: " + DEFAULT_RUNTIME + "."),
