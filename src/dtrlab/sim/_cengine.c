@@ -340,7 +340,6 @@ typedef struct {
     int words; /* of a bitset over every storage (pending) */
     Row *fwd_in, *fwd_fr, *rev_in, *rev_fr;
     i64 *fwd_c, *rev_c;
-    unsigned char *fwd_dirty, *rev_dirty;
     /* trusted reverse regions (see "Trusted reverse regions" below) */
     int trust_on, check;
     i32 stale;               /* check: 1 + the storage whose region or count was found wrong */
@@ -603,7 +602,6 @@ static void rcopy(St *S, Row *dst, const Row *src) {
 static void region_clear(St *S, int forward, i32 s) {
     (forward ? S->fwd_in : S->rev_in)[s].n = 0;
     (forward ? S->fwd_fr : S->rev_fr)[s].n = 0;
-    (forward ? S->fwd_dirty : S->rev_dirty)[s] = 0;
     (forward ? S->fwd_c : S->rev_c)[s] = 0;
 }
 
@@ -617,7 +615,6 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     const i32 *birth = forward ? p->f_birth : p->r_birth;
     Row *in_base = forward ? S->fwd_in : S->rev_in, *fr_base = forward ? S->fwd_fr : S->rev_fr;
     i64 *comp = forward ? S->fwd_c : S->rev_c;
-    unsigned char *dirty = forward ? S->fwd_dirty : S->rev_dirty;
     u64 *pend = S->pending;
     const i32 ops = S->ops_created, words = S->words;
     i32 ntouched = 0;
@@ -639,7 +636,7 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
         for (i32 k = ptr[b], end = ptr[b + 1]; k < end && birth[k] < ops; k++) {
             i32 y = list[k];
             if (S->material[y]) {
-                if (y != b) { rset(S, fr, y); dirty[b] = 1; }
+                if (y != b) rset(S, fr, y);
             } else if (!(S->lab[y] & bit)) {
                 PUSH(y, bit);
             }
@@ -660,7 +657,7 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
             if (S->material[y]) {
                 for (u64 m = d; m; m &= m - 1) {
                     i32 b = bases[__builtin_ctzll(m)];
-                    if (y != b) { rset(S, &fr_base[b], y); dirty[b] = 1; }
+                    if (y != b) rset(S, &fr_base[b], y);
                 }
                 continue;
             }
@@ -676,7 +673,6 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
             i32 b = bases[__builtin_ctzll(m)];
             rset(S, &in_base[b], x);
             comp[b] += c;
-            dirty[b] = 1;
         }
         S->lab[x] = 0;
     }
@@ -779,7 +775,6 @@ static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 
         for (i32 j = p->r_ptr[s], end = p->r_ptr[s + 1]; j < end && p->r_birth[j] < S->ops_created; j++)
             refresh_frontier_bit(S, b, in, fr, p->r_list[j]);
     }
-    S->rev_dirty[b] = 1;
     S->region_updates++;
     if (S->check) check_rev(S, b);
     return 1;
@@ -832,7 +827,6 @@ static void region_absorb(St *S, int forward, i32 r, i32 s) {
     if (!s_in_diff) add += S->s_compute[s];
     rset(S, rin, s);
     rc[r] += add;
-    (forward ? S->fwd_dirty : S->rev_dirty)[r] = 1;
 }
 
 /* ---- equivalence classes: union-find, value at the root ----------------------------------- */
@@ -1503,7 +1497,7 @@ static void st_free(St *S) {
             for (i32 s = 0; s <= S->p->n_storages; s++) free(rows[k][s].w);
     void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
                     S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->pool_arr, S->pool_pos, S->fwd_in,
-                    S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c, S->fwd_dirty, S->rev_dirty,
+                    S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c,
                     S->aff.w, S->rev_ok, S->fr_refs, S->check_in.w, S->check_fr.w, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
                     S->fr_wait, S->undef, S->evicted_by_policy, S->op_rs, S->op_dup, S->op_leaf, S->op_gone, S->hist_evict, S->hist_remat, S->share,
@@ -1748,14 +1742,13 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
         S->fwd_in = calloc(ns + 1, sizeof(Row)); S->fwd_fr = calloc(ns + 1, sizeof(Row));
         S->rev_in = calloc(ns + 1, sizeof(Row)); S->rev_fr = calloc(ns + 1, sizeof(Row));
         S->fwd_c = calloc(ns + 1, sizeof(i64)); S->rev_c = calloc(ns + 1, sizeof(i64));
-        S->fwd_dirty = calloc(ns + 1, 1); S->rev_dirty = calloc(ns + 1, 1);
         S->aff_list = malloc(sizeof(i32) * (ns + 1)); S->aff_rev_list = malloc(sizeof(i32) * (ns + 1));
         S->touched = malloc(sizeof(i32) * (ns + 1));
         S->lab = calloc(ns + 1, sizeof(u64)); S->delta = calloc(ns + 1, sizeof(u64));
         S->pending = calloc(S->words, sizeof(u64));
         S->rev_ok = calloc(ns + 1, 1); S->fr_refs = calloc(ns + 1, sizeof(i32));
-        ok = S->fwd_in && S->fwd_fr && S->rev_in && S->rev_fr && S->fwd_c && S->rev_c && S->fwd_dirty &&
-             S->rev_dirty && S->aff_list && S->aff_rev_list && S->touched &&
+        ok = S->fwd_in && S->fwd_fr && S->rev_in && S->rev_fr && S->fwd_c && S->rev_c &&
+             S->aff_list && S->aff_rev_list && S->touched &&
              S->lab && S->delta && S->pending && S->rev_ok && S->fr_refs;
         S->trust_on = ok && trust && acyclic(P, S->dfs, S->mark);
     }
