@@ -15,7 +15,7 @@ from dtrlab import cli
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 # Commands that run DTR simulations; each takes --seed and --engine.
 SIMULATING = ("simulate", "sweep", "scan", "rank", "ablate", "bisect", "compare", "diverge", "explain-oom",
-              "timeline", "run")
+              "timeline", "run", "reproduce")
 # estar-drift reads the Python engine's own e* regions at every score: it takes --seed, not --engine.
 PYTHON_ENGINE_ONLY = ("estar-drift",)
 
@@ -130,3 +130,31 @@ def test_reproduce_json_gives_the_claims_and_the_report(tmp_path):
     got = json.loads(res.stdout if hasattr(res, "stdout") else res.output)
     assert Path(got["report"]).is_file() and got["new_runs"] == got["runs"] > 0
     assert {c["key"] for c in got["claims"]} >= {"a1", "a2", "a3", "b1", "b2", "c", "d"}
+
+
+@pytest.mark.slow
+def test_reproduce_seed_and_engine_reach_every_run_it_sweeps(tmp_path):
+    """--seed decides the drawing policies' runs (the random one here) and is stored with every run;
+    --engine python runs every sweep on the Python engine."""
+    from conftest import cli_invoke
+
+    from dtrlab.report.pipeline import STORE_NAME
+    from dtrlab.sweep.store import Store
+
+    stored = {}
+    for seed in (1, 2):
+        out = tmp_path / f"seed{seed}"
+        res = cli_invoke("reproduce", TINY, "--quick", "--out", out, "-j", "1", "-p", "random",
+                         "--seed", str(seed), "--engine", "python", "--json")
+        assert res.exit_code == 0, res.output
+        store = Store(out / STORE_NAME)
+        try:
+            rows = store.rows()
+        finally:
+            store.close()
+        assert set(rows["seed"]) == {seed}
+        assert set(rows["engine"].dropna()) == {"python"}
+        random = rows[rows["policy"] == "random"].sort_values("budget_bytes")
+        assert len(random) > 0
+        stored[seed] = random[["budget_bytes", "outcome", "evictions"]].to_records(index=False).tolist()
+    assert stored[1] != stored[2]  # the random policy drew differently

@@ -13,7 +13,7 @@ import dtrlab
 from dtrlab.analysis.regimes import switches
 from dtrlab.report.claims import REPRODUCED
 from dtrlab.report.pipeline import STORE_NAME, reproduce
-from dtrlab.report.plan import (CLAIMS, COARSE_RATIOS, FINE_STEP, FULL, REPORT_OVERHEAD_LIMIT, REFINE_POINTS, RUNTIME, SEED,
+from dtrlab.report.plan import (CLAIMS, COARSE_RATIOS, FINE_STEP, FULL, REPORT_OVERHEAD_LIMIT, REFINE_POINTS, RUNTIME,
                                 SUBJECT_POLICY, SWITCH_FACTOR, fine_neighbours)
 from dtrlab.report.study import STUDY_TRACES
 from dtrlab.sweep.grid import build_specs, parse_ratios, ratio_literal
@@ -39,7 +39,7 @@ def _by_hand(path: Path) -> dict[str, tuple]:
     """The loop as it was written before it became one function: round after round until nothing is new."""
     programs = load(str(TINY), cache=False)
     specs = build_specs(str(TINY), programs, ["dtr"], [RUNTIME], parse_ratios(COARSE_RATIOS),
-                        overhead_limit=REPORT_OVERHEAD_LIMIT, seed=SEED)
+                        overhead_limit=REPORT_OVERHEAD_LIMIT, seed=FULL.seed)
     with Store(path) as store:
         run_sweep(specs, store, workers=1, progress=False)
         for _ in range(ROUNDS):

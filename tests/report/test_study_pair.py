@@ -13,7 +13,7 @@ import pytest
 from dtrlab.report.claims import REPRODUCED, Beside, beside_claims, evaluate
 from dtrlab.report.findings import Curve, StudyPair, curves, study_pair
 from dtrlab.report.pipeline import _pair_churn
-from dtrlab.report.plan import FULL, REPORT_OVERHEAD_LIMIT, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR
+from dtrlab.report.plan import FULL, REPORT_OVERHEAD_LIMIT, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
 from dtrlab.report.study import STUDY_TRACES
 from dtrlab.sweep.grid import build_specs, parse_ratios
 from dtrlab.sweep.run import run_sweep
@@ -55,7 +55,7 @@ def lstm_window(tmp_path_factory):
     assert lstm.sha256 == STUDY_TRACES["lstm"]
     out = tmp_path_factory.mktemp("lstm-window")
     specs = build_specs(str(TRACES), [lstm], [SUBJECT_POLICY], [RUNTIME], parse_ratios(FULL.windows[lstm.sha256]),
-                        overhead_limit=REPORT_OVERHEAD_LIMIT, seed=SEED)
+                        overhead_limit=REPORT_OVERHEAD_LIMIT, seed=FULL.seed)
     with Store(out / "runs.duckdb") as store:
         run_sweep(specs, store, workers=2, timeout_s=FULL.timeout_s, progress=False, report=False)
         frame = store.rows(s.key for s in specs)

@@ -12,7 +12,8 @@ import typer
 
 from .optimal import GAP_OPT, SOLVER_OPT, TIME_LIMIT_OPT, SolverName
 from ..defaults import REPORT_OVERHEAD_LIMIT
-from .options import JSON_OPT, OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, TRACES_OPT, WORKERS_OPT, policy_list_opt
+from .options import (ENGINE_OPT, JSON_OPT, OVERHEAD_LIMIT_HELP, POLICIES_FILE_OPT, SEED_OPT, TRACES_OPT, WORKERS_OPT,
+                      EngineName, policy_list_opt)
 from ..output import console, print_json
 from ..trace import choose_source
 
@@ -58,6 +59,8 @@ def reproduce_cmd(
     time_limit: float = TIME_LIMIT_OPT,
     solver: SolverName = SOLVER_OPT,
     gap: float = GAP_OPT,
+    seed: int = SEED_OPT,
+    engine: EngineName = ENGINE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
@@ -79,7 +82,8 @@ def reproduce_cmd(
     if not overhead_limit > 1:
         raise UsageError(f"--overhead-limit must exceed 1, got {overhead_limit}")
     repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
-                      progress=err.is_terminal, policies=extra, optimal=settings, overhead_limit=overhead_limit)
+                      progress=err.is_terminal, policies=extra, optimal=settings, overhead_limit=overhead_limit,
+                      seed=seed, engine=engine.value)
     if as_json:
         print_json({"report": str(repro.out_dir / "report.html"), "new_runs": repro.new_runs,
                     "runs": len(repro.frame), "new_solves": repro.new_solves, "wall_s": round(repro.wall_s, 3),

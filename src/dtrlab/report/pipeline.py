@@ -40,7 +40,7 @@ from .leaderboard import Leaderboard
 from .mechanisms import mechanisms_of
 from .memo import memo
 from .refine import refine_to_fine
-from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SEED, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
 from .study import SHIPPED, STUDY_TRACES
 
 if TYPE_CHECKING:
@@ -211,17 +211,18 @@ def _sweep(specs: list[RunSpec], store: Store, plan: Plan, workers: int | None, 
 def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", *, quick: bool = False,
               workers: int | None = None, console: Console | None = None, progress: bool = True,
               plan: Plan | None = None, policies: tuple[str, ...] = (),
-              optimal: SolveSettings | None = None, overhead_limit: float | None = None) -> Reproduction:
+              optimal: SolveSettings | None = None, overhead_limit: float | None = None,
+              seed: int | None = None, engine: str | None = None) -> Reproduction:
     """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir;
     `plan` (default: the quick or the full plan) says what is run; `policies` (names, formulas) join
     its leaderboard; `optimal` (default: none) solves the coarse grid and the study's windows under
     those settings first (report.baselines). The baselines section reads whatever solver rows the
-    store holds either way."""
+    store holds either way. overhead_limit, seed and engine (None: the plan's) replace the plan's."""
     from .write import write_run_record
 
     plan = plan or (QUICK if quick else FULL)
-    if overhead_limit is not None and overhead_limit != plan.overhead_limit:
-        plan = replace(plan, overhead_limit=overhead_limit)
+    given = dict(overhead_limit=overhead_limit, seed=seed, engine=engine)
+    plan = replace(plan, **{k: v for k, v in given.items() if v is not None})
     console = console or _console(stderr=True)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -262,7 +263,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     new_runs = new_solves = 0
     store = Store(out / STORE_NAME)
     try:
-        limit = dict(overhead_limit=plan.overhead_limit, seed=SEED)
+        limit = dict(overhead_limit=plan.overhead_limit, seed=plan.seed, engine=plan.engine)
         with stages.stage("coarse curves", f": {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
             coarse = plan.coarse()  # none in a plan of fine windows only
             specs = build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit) if coarse else []
@@ -339,14 +340,14 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                 solves = optimal_specs(path, programs, plan, optimal)
                 if solves:
                     new_solves = run_sweep(solves, store, workers=workers, progress=progress, report=False).ran
-            section = baselines(traces, store.rows(), plan.overhead_limit, SEED)
+            section = baselines(traces, store.rows(), plan.overhead_limit, plan.seed)
     finally:
         store.close()
 
     with stages.stage("timelines of the focus switch and an out-of-memory"):
         from .timelines import write_timelines
 
-        written = write_timelines(out, by_name, focus, ooms)
+        written = write_timelines(out, by_name, focus, ooms, plan.engine)
     live = None
     with stages.stage("live runs: the zoo's steps under budgets in PyTorch (with torch)"):
         if plan.live:
@@ -450,8 +451,8 @@ def _focus(out: Path, program: Program, sw: Switch) -> Focus:
     return Focus(program.name, SUBJECT_POLICY, sw, churn, h_fast, h_slow, divergence)
 
 
-def _explain(program: Program, budget_bytes: int, policy: str) -> tuple[OomReport, np.ndarray]:
-    res = simulate(program, budget_bytes, policy, RUNTIME, seed=SEED,
+def _explain(program: Program, budget_bytes: int, policy: str, seed: int) -> tuple[OomReport, np.ndarray]:
+    res = simulate(program, budget_bytes, policy, RUNTIME, seed=seed,
                    instruments=Instruments(per_storage=False, memory_series=True, oom_snapshot=True))
     if res.outcome != OOM:  # cannot happen for a stored oom; a bug if it does
         raise RuntimeError(f"{program.name} {policy} at {budget_bytes} B: outcome {res.outcome}, expected oom")
@@ -489,7 +490,7 @@ def _explain_inversions(out: Path, found: dict, by_name: dict, frame: pd.DataFra
             continue
         spent[inversion] = spent.get(inversion, 0) + n_evals
         program = by_name[trace]
-        key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": policy, "seed": SEED}
-        report, series = memo(out, "oom", key, lambda: _explain(program, run.budget_bytes, policy))
+        key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": policy, "seed": plan.seed}
+        report, series = memo(out, "oom", key, lambda: _explain(program, run.budget_bytes, policy, plan.seed))
         cases.append(OomCase(trace, policy, run.ratio, report, series, k))
     return tuple(cases), tuple(skipped)

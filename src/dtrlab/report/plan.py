@@ -19,7 +19,6 @@ from .study import STUDY_TRACES
 # The policy whose fine curves the study's claims are about (the paper's DTR heuristic).
 SUBJECT_POLICY = DEFAULT_POLICY
 RUNTIME = DEFAULT_RUNTIME
-SEED = 0
 # A switch is two neighbouring feasible budgets whose overheads differ by more than this.
 SWITCH_FACTOR = DEFAULT_SWITCH_FACTOR
 # Each round of refinement puts this many ratios between two neighbours: 0.1 -> 0.01 -> 0.001 (FINE_STEP).
@@ -68,6 +67,11 @@ class Plan:
     # of ablations can be hundreds of runs (quick runs have fine scans on the study's resnet32 only).
     focus_fine_only: bool = False
     overhead_limit: float = REPORT_OVERHEAD_LIMIT
+    # What `--seed` and `--engine` give every run the plan sweeps. The seed decides the policies that
+    # draw (random, NAME+sample); the subject policy draws nothing, so its close looks (churn,
+    # divergence, mechanisms) read neither. Results never depend on the engine.
+    seed: int = 0
+    engine: str = "auto"
     # Only these traces (sha256s; empty: every trace the source has, cut by max_total_operators).
     traces: tuple[str, ...] = ()
     # Ranked beside `policies` in the leaderboard (report.leaderboard), over the coarse grid and the

@@ -11,7 +11,7 @@ from ..analysis.scan import Budget
 from ..timeline import switchplot
 from ..timeline.write import SUFFIXES, Format, write
 from ..timeline.source import record
-from .plan import RUNTIME, SEED, SUBJECT_POLICY
+from .plan import RUNTIME, SUBJECT_POLICY
 from .study import STUDY_TRACES
 
 FOLDER = "timelines"
@@ -48,8 +48,9 @@ class Timelines:
     slow: switchplot.SwitchSeries | None = None
 
 
-def _write_run(out: Path, program, budget: Budget, what: str, stem: str) -> tuple[list[TimelineFile], object]:
-    tl = record(program, budget.budget_bytes, SUBJECT_POLICY, RUNTIME, ratio=budget.ratio, seed=SEED)
+def _write_run(out: Path, program, budget: Budget, what: str, stem: str,
+               engine: str) -> tuple[list[TimelineFile], object]:
+    tl = record(program, budget.budget_bytes, SUBJECT_POLICY, RUNTIME, ratio=budget.ratio, engine=engine)
     folder = out / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     files = []
@@ -60,7 +61,7 @@ def _write_run(out: Path, program, budget: Budget, what: str, stem: str) -> tupl
     return files, tl
 
 
-def write_timelines(out: Path, by_name: dict, focus, ooms: tuple) -> Timelines:
+def write_timelines(out: Path, by_name: dict, focus, ooms: tuple, engine: str = "auto") -> Timelines:
     """The timelines of the focus switch's two runs (the study's pair when it is there) and of one
     OOM (the study's ResNet-32 first, at its smallest explained budget), written under out/timelines."""
     files: list[TimelineFile] = []
@@ -72,7 +73,7 @@ def write_timelines(out: Path, by_name: dict, focus, ooms: tuple) -> Timelines:
         for run, side in ((sw.fast, "fast"), (sw.slow, "slow")):
             got, tl = _write_run(out, program, Budget(run.ratio, run.budget_bytes),
                                  f"{focus.trace} at {run.label} ({side} run of the switch)",
-                                 f"{focus.trace}-{run.label}-{SUBJECT_POLICY}")
+                                 f"{focus.trace}-{run.label}-{SUBJECT_POLICY}", engine)
             files += got
             s = switchplot.series(tl, f"ratio {run.label}")
             fast, slow = (s, slow) if side == "fast" else (fast, s)
@@ -83,7 +84,7 @@ def write_timelines(out: Path, by_name: dict, focus, ooms: tuple) -> Timelines:
         program = by_name[c.trace]
         budget = Budget(c.ratio, c.report.budget_bytes)
         got, _ = _write_run(out, program, budget, f"{c.trace} at {budget.label} (out of memory)",
-                            f"{c.trace}-{budget.label}-{SUBJECT_POLICY}-oom")
+                            f"{c.trace}-{budget.label}-{SUBJECT_POLICY}-oom", engine)
         files += got
     return Timelines(tuple(files), trace, fast, slow)
 
