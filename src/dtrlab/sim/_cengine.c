@@ -343,9 +343,14 @@ typedef struct {
     /* trusted reverse regions (see "Trusted reverse regions" below) */
     int trust_on, check;
     i32 stale;               /* check: 1 + the storage whose region or count was found wrong */
+    const char *stale_what;  /* check: which ("forward region", "reverse frontier count", ...) */
     Row check_in, check_fr; /* check: scratch sets */
     unsigned char *rev_ok; /* the stored reverse region equals a fresh traversal now */
     i32 *fr_refs;          /* per storage: trusted reverse regions with it on their frontier */
+    unsigned char *fwd_ok; /* the same for forward regions, up to the newest operator's edges */
+    i32 *ffr_refs;         /* per storage: trusted forward regions with it on their frontier */
+    i32 *fwd_ops;          /* per storage: ops_created when its forward region last saw every edge */
+    int window;            /* the newest operator is created and not yet computed */
     Row aff; /* scratch: a union of frontiers */
     i32 *aff_list, *aff_rev_list, *touched;
     u64 *lab, *delta; /* per storage: the bases of a group that reach it, not yet expanded */
@@ -374,6 +379,7 @@ typedef struct {
     i64 clock, memory, peak, remat_ns;
     i64 evictions, eager_evictions, distinct, evals;
     i64 region_rebuilds, region_updates; /* regions traversed afresh / trusted ones updated */
+    i64 region_edges;      /* edges walked by those traversals */
     unsigned char *evicted_by_policy;
     /* optional instruments */
     i64 *cnt_policy, *cnt_eager, *cnt_remat;
@@ -572,12 +578,6 @@ static void ror(St *S, Row *dst, const Row *src) {
     for (i32 k = a; k < b; k++) d[k] |= src->w[k];
 }
 
-static int rempty(const Row *r) {
-    for (i32 k = 0; k < r->n; k++)
-        if (r->w[k]) return 0;
-    return 1;
-}
-
 static int requal(const Row *a, const Row *b) {
     for (i32 k = 0; k < a->n; k++)
         if (a->w[k] != rword(b, a->lo + k)) return 0;
@@ -629,11 +629,13 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
         if (((y) >> 6) > hi) hi = (y) >> 6;                                                \
     } while (0)
     for (int j = 0; j < nb; j++) region_clear(S, forward, bases[j]);
+    i64 edges = 0;
     for (int j = 0; j < nb; j++) {
         i32 b = bases[j];
         u64 bit = ((u64)1) << j;
         Row *fr = &fr_base[b];
         for (i32 k = ptr[b], end = ptr[b + 1]; k < end && birth[k] < ops; k++) {
+            edges++;
             i32 y = list[k];
             if (S->material[y]) {
                 if (y != b) rset(S, fr, y);
@@ -654,6 +656,7 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
         S->delta[x] = 0;
         for (i32 k = ptr[x], end = ptr[x + 1]; k < end && birth[k] < ops; k++) {
             i32 y = list[k];
+            edges++;
             if (S->material[y]) {
                 for (u64 m = d; m; m &= m - 1) {
                     i32 b = bases[__builtin_ctzll(m)];
@@ -666,6 +669,7 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
         }
     }
 #undef PUSH
+    S->region_edges += edges;
     for (i32 i = 0; i < ntouched; i++) {
         i32 x = S->touched[i];
         i64 c = S->s_compute[x];
@@ -678,127 +682,213 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     }
 }
 
-/* ---- Trusted reverse regions -------------------------------------------------------------
- * Rebuilding the reverse regions of the storages downstream of a rematerialized one is most of
- * the work when a run thrashes, and most of those rebuilds only take the new storage out. A
- * reverse region is "trusted" while its stored sets equal a fresh traversal of the current
- * state; a trusted region is then updated in place (rev_fast) instead of traversed again, with
- * exactly the result of the traversal. Trust is kept only on acyclic storage graphs (every
- * public trace; a cycle needs an in-place operator fed by its own output). It is lost, so the
- * next rebuild is a full one, whenever the reference's upkeep may leave a region not fresh:
- *   - an eviction whose absorption reads an untrusted region, or misses a trusted region that
- *     has the evicted storage on its frontier (fr_refs counts them, so a miss is seen);
+/* ---- Trusted regions -----------------------------------------------------------------------
+ * Rebuilding the regions around a computed storage is most of the work: when a run thrashes
+ * (the reverse regions downstream of a rematerialized storage) and on long traces (the forward
+ * region of a storage with many released descendants, walked again at each of its consumers).
+ * Most of those rebuilds only move the new storages from a region's interior to its frontier.
+ * A region is "trusted" while its stored sets equal a fresh traversal of the current state; a
+ * trusted region is then updated in place (region_fast) instead of traversed again, with exactly
+ * the result of the traversal. Trust is kept only on acyclic storage graphs (every public trace;
+ * a cycle needs an in-place operator fed by its own output).
+ *
+ * Forward regions have one more rule. Creating an operator gives its inputs new edges to its
+ * outputs, which the reference's regions do not see until the outputs are computed. A trusted
+ * forward region is therefore fresh up to a bound while that operator waits to be computed
+ * (`window`): every edge (fwd_ops[b] == ops_created), or every edge but the newest operator's.
+ * Computing it brings the regions that reach its outputs up to every edge, and untrusts an
+ * input whose region the reference leaves as it was (an operator whose outputs were all in
+ * memory already); after that every trusted region is fresh over every edge.
+ *
+ * Trust is lost, so the next rebuild is a full one, whenever the reference's upkeep may leave a
+ * region not fresh:
+ *   - an eviction whose absorption reads an untrusted region (or, forward, one fresh up to
+ *     another bound), or misses a trusted region that has the evicted storage on its frontier
+ *     (fr_refs / ffr_refs count them, so a miss is seen);
  *   - an operator adding a tensor (hence edges and compute) to a storage that already exists;
  *   - pinning (nothing reads a pinned storage's regions again).
  */
 
-/* Self-check (the `check` option, for tests): b's trusted reverse region against a fresh
- * traversal, which leaves it as it was when they agree. */
-static void check_rev(St *S, i32 b) {
-    i64 c = S->rev_c[b];
-    rcopy(S, &S->check_in, &S->rev_in[b]);
-    rcopy(S, &S->check_fr, &S->rev_fr[b]);
-    rebuild_group(S, 0, &b, 1);
-    if (!requal(&S->check_in, &S->rev_in[b]) || !requal(&S->check_fr, &S->rev_fr[b]) || c != S->rev_c[b])
+static inline unsigned char *ok_of(St *S, int fwd) { return fwd ? S->fwd_ok : S->rev_ok; }
+static inline i32 *refs_of(St *S, int fwd) { return fwd ? S->ffr_refs : S->fr_refs; }
+static inline Row *in_of(St *S, int fwd, i32 b) { return &(fwd ? S->fwd_in : S->rev_in)[b]; }
+static inline Row *fr_of(St *S, int fwd, i32 b) { return &(fwd ? S->fwd_fr : S->rev_fr)[b]; }
+static inline i64 *comp_of(St *S, int fwd) { return fwd ? S->fwd_c : S->rev_c; }
+
+/* The first of x's forward edges born at or after operator op (its list ascends by birth). */
+static i32 first_born_from(const Prog *p, i32 x, i32 op) {
+    i32 lo = p->f_ptr[x], hi = p->f_ptr[x + 1];
+    while (lo < hi) {
+        i32 mid = lo + (hi - lo) / 2;
+        if (p->f_birth[mid] < op) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+/* The operators whose edges b's trusted region reflects (edges born before it). Once the newest
+ * operator is computed, every trusted region that reaches its edges has taken them in. */
+static inline i32 bound_of(const St *S, int fwd, i32 b) {
+    return fwd && S->window && S->fwd_ops[b] < S->ops_created ? S->ops_created - 1 : S->ops_created;
+}
+
+/* Self-check (the `check` option, for tests): b's trusted region against a fresh traversal up to
+ * its bound, which leaves it as it was when they agree. */
+static void check_region(St *S, int fwd, i32 b) {
+    i64 c = comp_of(S, fwd)[b], edges = S->region_edges;
+    const i32 ops = S->ops_created;
+    rcopy(S, &S->check_in, in_of(S, fwd, b));
+    rcopy(S, &S->check_fr, fr_of(S, fwd, b));
+    S->ops_created = bound_of(S, fwd, b);
+    rebuild_group(S, fwd, &b, 1);
+    S->ops_created = ops;
+    S->region_edges = edges;
+    if (!requal(&S->check_in, in_of(S, fwd, b)) || !requal(&S->check_fr, fr_of(S, fwd, b)) ||
+        c != comp_of(S, fwd)[b]) {
         S->stale = b + 1;
+        S->stale_what = fwd ? "forward region" : "reverse region";
+    }
 }
 
 /* Every trusted region, and the frontier counts, against the truth. */
 static void check_all(St *S) {
     i32 n = S->p->n_storages;
-    for (i32 x = 0; x < n && !S->stale; x++)
-        if (S->rev_ok[x]) check_rev(S, x);
-    for (i32 y = 0; y < n && !S->stale; y++) {
-        i32 refs = 0;
-        for (i32 x = 0; x < n; x++) refs += S->rev_ok[x] && rget(&S->rev_fr[x], y);
-        if (refs != S->fr_refs[y]) S->stale = y + 1;
+    for (int fwd = 0; fwd < 2; fwd++) {
+        unsigned char *ok = ok_of(S, fwd);
+        for (i32 x = 0; x < n && !S->stale; x++)
+            if (ok[x]) check_region(S, fwd, x);
+        for (i32 y = 0; y < n && !S->stale; y++) {
+            i32 refs = 0;
+            for (i32 x = 0; x < n; x++) refs += ok[x] && rget(fr_of(S, fwd, x), y);
+            if (refs != refs_of(S, fwd)[y]) {
+                S->stale = y + 1;
+                S->stale_what = fwd ? "forward frontier count" : "reverse frontier count";
+            }
+        }
     }
 }
 
-/* Add delta to the frontier count of every storage on b's reverse frontier. */
-static void count_frontier(St *S, i32 b, i32 delta) {
-    FOR_ROW(&S->rev_fr[b], y, S->fr_refs[y] += delta;)
+/* Add delta to the frontier count of every storage on b's frontier. */
+static void count_frontier(St *S, int fwd, i32 b, i32 delta) {
+    i32 *refs = refs_of(S, fwd);
+    FOR_ROW(fr_of(S, fwd, b), y, refs[y] += delta;)
 }
 
-static void rev_untrust(St *S, i32 b) {
-    if (!S->rev_ok[b]) return;
-    S->rev_ok[b] = 0;
-    count_frontier(S, b, -1);
+static void untrust(St *S, int fwd, i32 b) {
+    unsigned char *ok = ok_of(S, fwd);
+    if (!ok[b]) return;
+    ok[b] = 0;
+    count_frontier(S, fwd, b, -1);
 }
 
-static void rev_trust(St *S, i32 b) {
-    if (!S->trust_on || S->rev_ok[b] || S->pinned[b]) return;
-    S->rev_ok[b] = 1;
-    count_frontier(S, b, 1);
+/* b's region was just traversed afresh, over every edge born. */
+static void trust(St *S, int fwd, i32 b) {
+    unsigned char *ok = ok_of(S, fwd);
+    if (fwd) S->fwd_ops[b] = S->ops_created;
+    if (!S->trust_on || ok[b] || S->pinned[b]) return;
+    ok[b] = 1;
+    count_frontier(S, fwd, b, 1);
 }
 
-/* Whether storage c has a born consumer that is b or inside b's reverse region `in`. */
-static int feeds(const St *S, i32 c, i32 b, const Row *in) {
+/* Whether storage c has a neighbour born before `bound` that is b or inside b's region `in`:
+ * looking back along the traversal's direction (a forward region reaches c from c's inputs). */
+static int feeds(const St *S, int fwd, i32 c, i32 b, const Row *in, i32 bound) {
     const Prog *p = S->p;
-    for (i32 k = p->f_ptr[c], end = p->f_ptr[c + 1]; k < end && p->f_birth[k] < S->ops_created; k++) {
-        i32 y = p->f_list[k];
+    const i32 *ptr = fwd ? p->r_ptr : p->f_ptr, *list = fwd ? p->r_list : p->f_list;
+    const i32 *birth = fwd ? p->r_birth : p->f_birth;
+    for (i32 k = ptr[c], end = ptr[c + 1]; k < end && birth[k] < bound; k++) {
+        i32 y = list[k];
         if (y == b || rget(in, y)) return 1;
     }
     return 0;
 }
 
-static void refresh_frontier_bit(St *S, i32 b, Row *in, Row *fr, i32 c) {
-    int now = feeds(S, c, b, in), was = rget(fr, c);
+static void refresh_frontier_bit(St *S, int fwd, i32 b, i32 c, i32 bound) {
+    Row *fr = fr_of(S, fwd, b);
+    int now = feeds(S, fwd, c, b, in_of(S, fwd, b), bound), was = rget(fr, c);
     if (now == was) return;
-    if (now) { rset(S, fr, c); S->fr_refs[c]++; }
-    else { rclr(fr, c); S->fr_refs[c]--; }
+    if (now) { rset(S, fr, c); refs_of(S, fwd)[c]++; }
+    else { rclr(fr, c); refs_of(S, fwd)[c]--; }
 }
 
-/* The reverse region of trusted b after the storages rs[k] with leaf[k] set became material; a
- * leaf has no input that is not material, so only it leaves b's region and only it and its
- * inputs can enter or leave the frontier. Returns 0 (nothing changed) when that does not hold. */
-static int rev_fast(St *S, i32 b, const i32 *rs, const unsigned char *leaf, i32 nrs) {
-    if (!S->rev_ok[b]) return 0;
+/* The region of trusted b after the storages rs[k] with leaf[k] set became material; a leaf has
+ * no neighbour in the traversal's direction that is not material, so only it leaves b's region
+ * and only it and those neighbours can enter or leave the frontier. At the computation of the
+ * newest operator (top), a forward region that did not see its edges takes them in: its
+ * outputs, now in memory, join the frontier. Returns 0 (nothing changed) when that does not
+ * hold. */
+static int region_fast(St *S, int fwd, i32 b, const i32 *rs, const unsigned char *leaf, i32 nrs, int top) {
+    if (!ok_of(S, fwd)[b]) return 0;
     const Prog *p = S->p;
-    Row *in = &S->rev_in[b], *fr = &S->rev_fr[b];
+    const i32 bound = bound_of(S, fwd, b);
+    const int take_new = fwd && top && bound < S->ops_created;
+    Row *in = in_of(S, fwd, b);
     int any = 0;
     for (i32 k = 0; k < nrs; k++)
         if (rget(in, rs[k])) {
             if (!leaf[k]) return 0;
             any = 1;
         }
-    if (!any) return 0;
+    if (!any && !take_new) return 0;
     unsigned char *gone = S->op_gone;
+    i64 *comp = comp_of(S, fwd);
     for (i32 k = 0; k < nrs; k++) {
         gone[k] = (unsigned char)rget(in, rs[k]);
-        if (gone[k]) { rclr(in, rs[k]); S->rev_c[b] -= S->s_compute[rs[k]]; }
+        if (gone[k]) { rclr(in, rs[k]); comp[b] -= S->s_compute[rs[k]]; }
     }
+    const i32 *ptr = fwd ? p->f_ptr : p->r_ptr, *list = fwd ? p->f_list : p->r_list;
+    const i32 *birth = fwd ? p->f_birth : p->r_birth;
     for (i32 k = 0; k < nrs; k++) {
         if (!gone[k]) continue;
         i32 s = rs[k];
-        refresh_frontier_bit(S, b, in, fr, s);
-        for (i32 j = p->r_ptr[s], end = p->r_ptr[s + 1]; j < end && p->r_birth[j] < S->ops_created; j++)
-            refresh_frontier_bit(S, b, in, fr, p->r_list[j]);
+        refresh_frontier_bit(S, fwd, b, s, bound);
+        for (i32 j = ptr[s], end = ptr[s + 1]; j < end && birth[j] < bound; j++)
+            refresh_frontier_bit(S, fwd, b, list[j], bound);
+    }
+    if (take_new) {
+        /* b's own edges to the newest operator's outputs: its inputs are all in memory, so no
+         * other storage in b's region has such an edge */
+        Row *fr = fr_of(S, 1, b);
+        const i32 op = S->ops_created - 1;
+        for (i32 j = first_born_from(p, b, op), end = p->f_ptr[b + 1]; j < end && p->f_birth[j] == op; j++) {
+            i32 y = p->f_list[j];
+            if (!rget(fr, y)) { rset(S, fr, y); S->ffr_refs[y]++; }
+        }
+        S->fwd_ops[b] = S->ops_created;
     }
     S->region_updates++;
-    if (S->check) check_rev(S, b);
+    if (S->check) check_region(S, fwd, b);
     return 1;
 }
 
-/* Update the trusted reverse regions among `bases` now that rs became material; the others are
- * moved to the front of `bases` and their number returned, for a full rebuild. */
-static i32 update_trusted(St *S, const i32 *rs, i32 nrs, i32 *bases, i32 n) {
+/* Whether every born neighbour of s in the traversal's direction is in memory (s's own region
+ * in that direction would be empty). */
+static int is_leaf(const St *S, int fwd, i32 s) {
+    const Prog *p = S->p;
+    const i32 *ptr = fwd ? p->f_ptr : p->r_ptr, *list = fwd ? p->f_list : p->r_list;
+    const i32 *birth = fwd ? p->f_birth : p->r_birth;
+    for (i32 k = ptr[s], end = ptr[s + 1]; k < end && birth[k] < S->ops_created; k++)
+        if (!S->material[list[k]]) return 0;
+    return 1;
+}
+
+/* Update the trusted regions among `bases` now that rs became material; the others are moved to
+ * the front of `bases` and their number returned, for a full rebuild. */
+static i32 update_trusted(St *S, int fwd, const i32 *rs, i32 nrs, i32 *bases, i32 n, int top) {
     unsigned char *leaf = S->op_leaf;
-    for (i32 k = 0; k < nrs; k++) leaf[k] = (unsigned char)rempty(&S->rev_in[rs[k]]); /* just rebuilt */
+    for (i32 k = 0; k < nrs; k++) leaf[k] = (unsigned char)is_leaf(S, fwd, rs[k]);
     i32 slow = 0;
     for (i32 k = 0; k < n; k++)
-        if (!rev_fast(S, bases[k], rs, leaf, nrs)) bases[slow++] = bases[k];
+        if (!region_fast(S, fwd, bases[k], rs, leaf, nrs, top)) bases[slow++] = bases[k];
     return slow;
 }
 
 /* Rebuild the regions of `bases` (material) from scratch, in groups of 64. */
 static void rebuild_regions(St *S, int forward, const i32 *bases, i32 n) {
     S->region_rebuilds += n;
-    if (!forward && S->trust_on)
-        for (i32 i = 0; i < n; i++) rev_untrust(S, bases[i]);
+    if (S->trust_on)
+        for (i32 i = 0; i < n; i++) untrust(S, forward, bases[i]);
     for (i32 i = 0; i < n; i += 64) rebuild_group(S, forward, bases + i, n - i < 64 ? (int)(n - i) : 64);
-    if (!forward && S->trust_on)
-        for (i32 i = 0; i < n; i++) rev_trust(S, bases[i]);
+    for (i32 i = 0; i < n; i++) trust(S, forward, bases[i]);
 }
 
 /* The reference's incremental upkeep: region r takes in evicted frontier storage s and o, the
@@ -1120,27 +1210,31 @@ static i32 choose(St *S) {
 
 /* ---- eviction ------------------------------------------------------------------------------ */
 
-/* Before the reverse regions downstream of s absorb it: which of them stay trusted. */
-static void evict_trust(St *S, i32 s) {
-    const Row *ffr = &S->fwd_fr[s], *ofr = &S->rev_fr[s];
-    const i32 holders = S->fr_refs[s]; /* trusted regions with s on their frontier */
-    const int fresh_source = S->rev_ok[s];
+/* Before the regions (in one direction) that have s on their frontier absorb it: which of them
+ * stay trusted. The absorbers are the storages on s's frontier in the other direction. */
+static void evict_trust(St *S, int fwd, i32 s) {
+    const Row *absorbers = fr_of(S, !fwd, s), *ofr = fr_of(S, fwd, s);
+    unsigned char *ok = ok_of(S, fwd);
+    i32 *refs = refs_of(S, fwd);
+    const i32 holders = refs[s]; /* trusted regions with s on their frontier */
+    const int fresh_source = ok[s];
+    const i32 bound = bound_of(S, fwd, s);
     i32 seen = 0;
-    FOR_ROW(ffr, x, {
-        if (S->pinned[x] || !S->rev_ok[x]) continue;
-        const Row *rfr = &S->rev_fr[x];
+    FOR_ROW(absorbers, x, {
+        if (S->pinned[x] || !ok[x]) continue;
+        const Row *rfr = fr_of(S, fwd, x);
         int holds = rget(rfr, s);
         seen += holds;
-        if (!fresh_source || !holds) { rev_untrust(S, x); continue; }
-        S->fr_refs[s]--; /* absorbing s: it leaves the frontier, its own frontier joins */
+        if (!fresh_source || !holds || bound_of(S, fwd, x) != bound) { untrust(S, fwd, x); continue; }
+        refs[s]--; /* absorbing s: it leaves the frontier, its own frontier joins */
         for (i32 v = 0; v < ofr->n; v++) {
             i32 w = ofr->lo + v;
-            for (u64 e = ofr->w[v] & ~rword(rfr, w); e; e &= e - 1) S->fr_refs[(w << 6) + __builtin_ctzll(e)]++;
+            for (u64 e = ofr->w[v] & ~rword(rfr, w); e; e &= e - 1) refs[(w << 6) + __builtin_ctzll(e)]++;
         }
     })
     if (seen != holders) /* a trusted region has s on its frontier but will not absorb it */
         for (i32 x = 0; x < S->p->n_storages; x++)
-            if (S->rev_ok[x] && rget(&S->rev_fr[x], s) && !rget(ffr, x)) rev_untrust(S, x);
+            if (ok[x] && rget(fr_of(S, fwd, x), s) && !rget(absorbers, x)) untrust(S, fwd, x);
 }
 
 static void evict(St *S, i32 s, int by_policy) {
@@ -1165,10 +1259,11 @@ static void evict(St *S, i32 s, int by_policy) {
     }
     if (S->ev_on) { reshare(S, s); emit(S, by_policy ? EV_EVICT : EV_EVICT_EAGER, s, -1, -1); }
     if (S->regions_on) {
+        if (S->trust_on) evict_trust(S, 1, s);
         FOR_ROW(&S->rev_fr[s], x, if (!S->pinned[x]) region_absorb(S, 1, x, s);)
-        if (S->trust_on) evict_trust(S, s);
+        if (S->trust_on) evict_trust(S, 0, s);
         FOR_ROW(&S->fwd_fr[s], x, if (!S->pinned[x]) region_absorb(S, 0, x, s);)
-        if (S->trust_on) rev_untrust(S, s);
+        if (S->trust_on) { untrust(S, 0, s); untrust(S, 1, s); }
         region_clear(S, 1, s);
         region_clear(S, 0, s);
     }
@@ -1225,12 +1320,15 @@ static int free_for(St *S, i64 need) {
 /* ---- computing ----------------------------------------------------------------------------- */
 
 /* An operator adds a tensor to storage s, which already exists: s gains inputs and compute, so
- * its own reverse region and every reverse region holding it go stale. */
+ * its own reverse region and every region holding it (the compute it adds) go stale. */
 static void alias_untrust(St *S, i32 s) {
-    rev_untrust(S, s);
+    untrust(S, 0, s); /* s's inputs grow; its forward region gains no edge of its own (the
+                       * operator's edges from s, if any, wait like every new operator's) */
     if (S->material[s]) return; /* a trusted region holds only storages not in memory */
-    for (i32 x = 0; x < S->p->n_storages; x++)
-        if (S->rev_ok[x] && rget(&S->rev_in[x], s)) rev_untrust(S, x);
+    for (i32 x = 0; x < S->p->n_storages; x++) {
+        if (S->rev_ok[x] && rget(&S->rev_in[x], s)) untrust(S, 0, x);
+        if (S->fwd_ok[x] && rget(&S->fwd_in[x], s)) untrust(S, 1, x);
+    }
 }
 
 static void create(St *S, i32 op) {
@@ -1300,6 +1398,19 @@ static i64 run_executor(St *S, i32 op, i32 t, int remat, i64 cost) {
     return c;
 }
 
+/* After the newest operator's computation: an input whose trusted forward region did not take
+ * in the operator's edges (no output of it became material, so the reference left the region
+ * as it was) is no longer fresh. */
+static void fwd_settle(St *S, i32 op) {
+    const Prog *p = S->p;
+    for (i32 j = p->op_arg_ptr[op]; j < p->op_arg_ptr[op + 1]; j++) {
+        i32 x = st_of(S, p->op_args[j]);
+        if (!S->fwd_ok[x] || S->fwd_ops[x] >= S->ops_created) continue;
+        i32 k = first_born_from(p, x, op);
+        if (k < p->f_ptr[x + 1] && p->f_birth[k] == op) untrust(S, 1, x);
+    }
+}
+
 static void compute(St *S, i32 t, int remat) {
     const Prog *p = S->p;
     i32 op = p->t_op[t], start = p->op_out_start[op], n = p->op_n_out[op];
@@ -1341,11 +1452,14 @@ static void compute(St *S, i32 t, int remat) {
          * A rebuild depends only on the state, not on the order: the new storages' forward
          * regions and those of their producers' inputs share one labelled traversal. */
         rebuild_regions(S, 0, rs, nrs);
-        memcpy(S->aff_list, rs, sizeof(i32) * nrs);
-        i32 na = frontier_members(S, S->rev_fr, rs, nrs, S->aff_list, nrs);
-        rebuild_regions(S, 1, S->aff_list, na);
+        i32 na = frontier_members(S, S->rev_fr, rs, nrs, S->aff_list, 0);
+        if (S->trust_on) na = update_trusted(S, 1, rs, nrs, S->aff_list, na, !remat);
+        memcpy(S->aff_list + na, rs, sizeof(i32) * nrs);
+        rebuild_regions(S, 1, S->aff_list, na + nrs);
+        if (S->trust_on && !remat) fwd_settle(S, op);
+        if (!remat) S->window = 0;
         i32 nr = frontier_members(S, S->fwd_fr, rs, nrs, S->aff_rev_list, 0);
-        if (S->trust_on) nr = update_trusted(S, rs, nrs, S->aff_rev_list, nr);
+        if (S->trust_on) nr = update_trusted(S, 0, rs, nrs, S->aff_rev_list, nr, 0);
         rebuild_regions(S, 0, S->aff_rev_list, nr);
     }
     if (S->eq_on) {
@@ -1446,6 +1560,7 @@ static int run_steps(St *S, i32 *done, i32 end) {
         switch (p->step_kind[k]) {
         case STEP_COMPUTE: {
             create(S, x);
+            S->window = 1;
             i32 start = p->op_out_start[x], n = p->op_n_out[x];
             int r = materialize(S, start, 0);
             if (r != OUT_OK) return r;
@@ -1463,7 +1578,7 @@ static int run_steps(St *S, i32 *done, i32 end) {
             i32 s = st_of(S, x);
             if (!S->pinned[s]) {
                 lock(S, s);
-                if (S->trust_on) rev_untrust(S, s);
+                if (S->trust_on) { untrust(S, 0, s); untrust(S, 1, s); }
                 S->pinned[s] = 1;
                 if (S->ev_on) reshare(S, s);
             }
@@ -1498,7 +1613,7 @@ static void st_free(St *S) {
     void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
                     S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->pool_arr, S->pool_pos, S->fwd_in,
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c,
-                    S->aff.w, S->rev_ok, S->fr_refs, S->check_in.w, S->check_fr.w, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
+                    S->aff.w, S->rev_ok, S->fr_refs, S->fwd_ok, S->ffr_refs, S->fwd_ops, S->check_in.w, S->check_fr.w, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
                     S->fr_wait, S->undef, S->evicted_by_policy, S->op_rs, S->op_dup, S->op_leaf, S->op_gone, S->hist_evict, S->hist_remat, S->share,
                     S->ev.kind, S->ev.score, S->ev.terms};
@@ -1747,9 +1862,11 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
         S->lab = calloc(ns + 1, sizeof(u64)); S->delta = calloc(ns + 1, sizeof(u64));
         S->pending = calloc(S->words, sizeof(u64));
         S->rev_ok = calloc(ns + 1, 1); S->fr_refs = calloc(ns + 1, sizeof(i32));
+        S->fwd_ok = calloc(ns + 1, 1); S->ffr_refs = calloc(ns + 1, sizeof(i32));
+        S->fwd_ops = calloc(ns + 1, sizeof(i32));
         ok = S->fwd_in && S->fwd_fr && S->rev_in && S->rev_fr && S->fwd_c && S->rev_c &&
              S->aff_list && S->aff_rev_list && S->touched &&
-             S->lab && S->delta && S->pending && S->rev_ok && S->fr_refs;
+             S->lab && S->delta && S->pending && S->rev_ok && S->fr_refs && S->fwd_ok && S->ffr_refs && S->fwd_ops;
         S->trust_on = ok && trust && acyclic(P, S->dfs, S->mark);
     }
     if (ok && !regions) { /* scores read these as zero */
@@ -1847,21 +1964,22 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
         PyErr_NoMemory();
     } else if (outcome == OUT_STALE) {
         PyErr_Format(PyExc_AssertionError,
-                     "self-check: the trusted reverse-region state of storage %d is wrong at clock %lld",
-                     (int)(S.stale - 1), (long long)S.clock);
+                     "self-check: the trusted %s of storage %d is wrong at clock %lld",
+                     S.stale_what, (int)(S.stale - 1), (long long)S.clock);
     } else {
         PyObject *events = want_events ? events_dict(&S) : Py_None;
         if (!want_events) Py_INCREF(Py_None);
         PyObject *oom = events && want_oom && outcome == OUT_OOM ? oom_dict(&S) : Py_None;
         if (oom == Py_None) Py_INCREF(Py_None);
         if (events && oom)
-            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N,s:N}", "outcome", outcome,
+            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N,s:N}", "outcome", outcome,
                                    "clock_ns", (long long)S.clock, "remat_ns", (long long)S.remat_ns,
                                    "evictions", (long long)S.evictions, "eager_evictions",
                                    (long long)S.eager_evictions, "distinct_evicted", (long long)S.distinct,
                                    "peak_bytes", (long long)S.peak, "score_evals", (long long)S.evals,
                                    "region_rebuilds", (long long)S.region_rebuilds,
                                    "region_updates", (long long)S.region_updates,
+                                   "region_edges", (long long)S.region_edges,
                                    "events", events, "oom", oom);
         else { Py_XDECREF(events); Py_XDECREF(oom); }
         if (result && PyDict_SetItemString(result, "interrupt", interrupt) < 0) Py_CLEAR(result);

@@ -166,8 +166,9 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     counts (`storage_counts`: policy_evictions, eager_evictions, rematerializations), the event
     log (`events`, an instruments.EventLog) and, at an OOM, the snapshot (`oom`, an OomSnapshot).
 
-    engine_stats adds `region_rebuilds` (e* regions traversed afresh) and `region_updates`
-    (trusted reverse regions updated in place instead; see _cengine.c). check compares every
+    engine_stats adds `region_rebuilds` (e* regions traversed afresh), `region_edges` (the edges
+    those traversals walked) and `region_updates` (trusted reverse regions updated in place instead;
+    see _cengine.c). check compares every
     trusted region with a fresh traversal after each step and raises AssertionError at the first
     difference: slow, for tests. Raises ScoreOverflow when a score's integer leaves 128 bits.
     progress: progress.py's callback; when it raises, the outcome is INTERRUPTED and `interrupt`
@@ -189,7 +190,7 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     if out["outcome"] == INTERRUPTED:
         out["interrupt"] = interrupt
     raw_events, raw_oom = out.pop("events"), out.pop("oom")
-    work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates")}
+    work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates", "region_edges")}
     if engine_stats:
         out.update(work)
     if counts:
