@@ -1,5 +1,6 @@
 """The import-linter layers contract in pyproject.toml: kept by the real tree, broken by a
-copy of the tree where a library module imports the CLI (so the check can fail)."""
+copy of the tree where a library module imports the CLI, or a lower layer a higher one (so the
+check can fail)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,18 @@ def test_the_real_tree_keeps_the_layers_contract():
     assert "1 kept, 0 broken" in done.stdout
 
 
-def test_a_library_module_importing_the_cli_breaks_the_contract(tmp_path):
+@pytest.mark.parametrize("module, wrong", [
+    ("sim/result.py", "dtrlab.cli"),        # a library module importing the CLI
+    ("trace/lower.py", "dtrlab.analysis"),  # a lower layer importing a higher one
+])
+def test_a_wrong_way_import_breaks_the_contract(tmp_path, module, wrong):
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src" / "dtrlab", src / "dtrlab",
                     ignore=shutil.ignore_patterns("__pycache__", "*.so", "data"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    result = src / "dtrlab" / "sim" / "result.py"
-    result.write_text(result.read_text() + "\nimport dtrlab.cli  # noqa: E402,F401 - the wrong way\n")
+    path = src / "dtrlab" / module
+    path.write_text(path.read_text() + f"\nimport {wrong}  # noqa: E402,F401 - the wrong way\n")
     done = _lint(src, tmp_path / "pyproject.toml")
     assert done.returncode != 0, done.stdout
-    assert "dtrlab.sim.result -> dtrlab.cli" in done.stdout
+    importer = "dtrlab." + module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {wrong}" in done.stdout
