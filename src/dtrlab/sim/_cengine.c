@@ -515,6 +515,14 @@ static inline u64 rword(const Row *r, i32 w) {
     i32 k = w - r->lo;
     return k >= 0 && k < r->n ? r->w[k] : 0;
 }
+/* Set bits of x (SWAR: no call where the machine has no popcount instruction). */
+static inline i64 popcount64(u64 x) {
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (i64)((x * 0x0101010101010101ULL) >> 56);
+}
+
 static inline int rget(const Row *r, i32 i) { return (int)((rword(r, i >> 6) >> (i & 63)) & 1); }
 static inline void rclr(Row *r, i32 i) {
     i32 k = (i >> 6) - r->lo;
@@ -892,7 +900,11 @@ static void rebuild_regions(St *S, int forward, const i32 *bases, i32 n) {
 }
 
 /* The reference's incremental upkeep: region r takes in evicted frontier storage s and o, the
- * region of s in the same direction; s counts again if it was already inside (kept for parity). */
+ * region of s in the same direction; s counts again if it was already inside (kept for parity).
+ * The compute it adds is that of o's members new to r. When o is trusted its sum is exact, so
+ * when most of o is new to r the sum is o's less that of the members r already holds: the
+ * per-member walk (a cache miss each) then covers the smaller part. A chain of released storages
+ * hands each region on a set that grows with the chain, almost all of it new. */
 static void region_absorb(St *S, int forward, i32 r, i32 s) {
     Row *rin = &(forward ? S->fwd_in : S->rev_in)[r], *rfr = &(forward ? S->fwd_fr : S->rev_fr)[r];
     const Row *oin = &(forward ? S->fwd_in : S->rev_in)[s], *ofr = &(forward ? S->fwd_fr : S->rev_fr)[s];
@@ -905,13 +917,33 @@ static void region_absorb(St *S, int forward, i32 r, i32 s) {
     rextent(oin, &a, &b);
     if (a < b && rcover(S, rin, oin->lo + a, oin->lo + b)) {
         u64 *ri = rin->w + (oin->lo - rin->lo);
-        for (i32 k = a; k < b; k++) {
-            u64 d = oin->w[k] & ~ri[k];
-            if (!d) continue;
-            i32 w = oin->lo + k;
-            if (w == (s >> 6) && ((d >> (s & 63)) & 1)) s_in_diff = 1;
-            ri[k] |= d;
-            for (; d; d &= d - 1) add += S->s_compute[(w << 6) + __builtin_ctzll(d)];
+        const i32 sw = (s >> 6) - oin->lo;
+        if (sw >= a && sw < b && ((oin->w[sw] & ~ri[sw]) >> (s & 63) & 1)) s_in_diff = 1;
+        int by_common = 0;
+        if (S->trust_on && ok_of(S, forward)[s]) {
+            i64 fresh = 0, common = 0;
+            for (i32 k = a; k < b; k++) {
+                fresh += popcount64(oin->w[k] & ~ri[k]);
+                common += popcount64(oin->w[k] & ri[k]);
+            }
+            by_common = common < fresh;
+        }
+        if (by_common) {
+            i64 held = 0;
+            for (i32 k = a; k < b; k++) {
+                i32 w = oin->lo + k;
+                for (u64 d = oin->w[k] & ri[k]; d; d &= d - 1) held += S->s_compute[(w << 6) + __builtin_ctzll(d)];
+                ri[k] |= oin->w[k];
+            }
+            add = rc[s] - held;
+        } else {
+            for (i32 k = a; k < b; k++) {
+                u64 d = oin->w[k] & ~ri[k];
+                if (!d) continue;
+                i32 w = oin->lo + k;
+                ri[k] |= d;
+                for (; d; d &= d - 1) add += S->s_compute[(w << 6) + __builtin_ctzll(d)];
+            }
         }
     }
     if (!s_in_diff) add += S->s_compute[s];
@@ -1319,11 +1351,14 @@ static int free_for(St *S, i64 need) {
 
 /* ---- computing ----------------------------------------------------------------------------- */
 
-/* An operator adds a tensor to storage s, which already exists: s gains inputs and compute, so
- * its own reverse region and every region holding it (the compute it adds) go stale. */
-static void alias_untrust(St *S, i32 s) {
-    untrust(S, 0, s); /* s's inputs grow; its forward region gains no edge of its own (the
-                       * operator's edges from s, if any, wait like every new operator's) */
+/* Operator op adds a tensor to storage s, which already exists: s gains compute, so every region
+ * holding it goes stale, and any input of op other than s itself, so its own reverse region does
+ * (an in-place operator on s alone changes no region of s's). Its forward region gains no edge of
+ * its own: op's edges from s, if any, wait like every new operator's. */
+static void alias_untrust(St *S, i32 op, i32 s) {
+    const Prog *p = S->p;
+    for (i32 j = p->op_arg_ptr[op]; j < p->op_arg_ptr[op + 1]; j++)
+        if (st_of(S, p->op_args[j]) != s) { untrust(S, 0, s); break; }
     if (S->material[s]) return; /* a trusted region holds only storages not in memory */
     for (i32 x = 0; x < S->p->n_storages; x++) {
         if (S->rev_ok[x] && rget(&S->rev_in[x], s)) untrust(S, 0, x);
@@ -1340,7 +1375,7 @@ static void create(St *S, i32 op) {
         i32 t0 = p->s_tptr[s], tn = t0 + S->s_live[s];
         for (i32 k = t0; k < tn; k++)
             if (p->t_op[p->s_tensors[k]] == op) { seen = 1; break; }
-        if (!seen && S->s_live[s] && S->trust_on) alias_untrust(S, s);
+        if (!seen && S->s_live[s] && S->trust_on) alias_untrust(S, op, s);
         if (!seen) S->s_compute[s] += p->op_cost[op]; /* an operator counts once per storage */
         if (S->eq_on && S->ecn[s] == ECN_UNMADE) S->ecn[s] = uf_new(S, 0);
         S->s_live[s]++;
