@@ -346,9 +346,7 @@ typedef struct {
     const char *stale_what;  /* check: which ("forward region", "reverse frontier count", ...) */
     Row check_in, check_fr; /* check: scratch sets */
     unsigned char *rev_ok; /* the stored reverse region equals a fresh traversal now */
-    i32 *fr_refs;          /* per storage: trusted reverse regions with it on their frontier */
     unsigned char *fwd_ok; /* the same for forward regions, up to the newest operator's edges */
-    i32 *ffr_refs;         /* per storage: trusted forward regions with it on their frontier */
     i32 *fwd_ops;          /* per storage: ops_created when its forward region last saw every edge */
     int window;            /* the newest operator is created and not yet computed */
     Row aff; /* scratch: a union of frontiers */
@@ -712,13 +710,12 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
  * region not fresh:
  *   - an eviction whose absorption reads an untrusted region (or, forward, one fresh up to
  *     another bound), or misses a trusted region that has the evicted storage on its frontier
- *     (fr_refs / ffr_refs count them, so a miss is seen);
+ *     (see evict_trust);
  *   - an operator adding a tensor (hence edges and compute) to a storage that already exists;
  *   - pinning (nothing reads a pinned storage's regions again).
  */
 
 static inline unsigned char *ok_of(St *S, int fwd) { return fwd ? S->fwd_ok : S->rev_ok; }
-static inline i32 *refs_of(St *S, int fwd) { return fwd ? S->ffr_refs : S->fr_refs; }
 static inline Row *in_of(St *S, int fwd, i32 b) { return &(fwd ? S->fwd_in : S->rev_in)[b]; }
 static inline Row *fr_of(St *S, int fwd, i32 b) { return &(fwd ? S->fwd_fr : S->rev_fr)[b]; }
 static inline i64 *comp_of(St *S, int fwd) { return fwd ? S->fwd_c : S->rev_c; }
@@ -757,44 +754,22 @@ static void check_region(St *S, int fwd, i32 b) {
     }
 }
 
-/* Every trusted region, and the frontier counts, against the truth. */
+/* Every trusted region against the truth. */
 static void check_all(St *S) {
     i32 n = S->p->n_storages;
     for (int fwd = 0; fwd < 2; fwd++) {
         unsigned char *ok = ok_of(S, fwd);
         for (i32 x = 0; x < n && !S->stale; x++)
             if (ok[x]) check_region(S, fwd, x);
-        for (i32 y = 0; y < n && !S->stale; y++) {
-            i32 refs = 0;
-            for (i32 x = 0; x < n; x++) refs += ok[x] && rget(fr_of(S, fwd, x), y);
-            if (refs != refs_of(S, fwd)[y]) {
-                S->stale = y + 1;
-                S->stale_what = fwd ? "forward frontier count" : "reverse frontier count";
-            }
-        }
     }
 }
 
-/* Add delta to the frontier count of every storage on b's frontier. */
-static void count_frontier(St *S, int fwd, i32 b, i32 delta) {
-    i32 *refs = refs_of(S, fwd);
-    FOR_ROW(fr_of(S, fwd, b), y, refs[y] += delta;)
-}
-
-static void untrust(St *S, int fwd, i32 b) {
-    unsigned char *ok = ok_of(S, fwd);
-    if (!ok[b]) return;
-    ok[b] = 0;
-    count_frontier(S, fwd, b, -1);
-}
+static inline void untrust(St *S, int fwd, i32 b) { ok_of(S, fwd)[b] = 0; }
 
 /* b's region was just traversed afresh, over every edge born. */
 static void trust(St *S, int fwd, i32 b) {
-    unsigned char *ok = ok_of(S, fwd);
     if (fwd) S->fwd_ops[b] = S->ops_created;
-    if (!S->trust_on || ok[b] || S->pinned[b]) return;
-    ok[b] = 1;
-    count_frontier(S, fwd, b, 1);
+    if (S->trust_on && !S->pinned[b]) ok_of(S, fwd)[b] = 1;
 }
 
 /* Whether storage c has a neighbour born before `bound` that is b or inside b's region `in`:
@@ -814,8 +789,8 @@ static void refresh_frontier_bit(St *S, int fwd, i32 b, i32 c, i32 bound) {
     Row *fr = fr_of(S, fwd, b);
     int now = feeds(S, fwd, c, b, in_of(S, fwd, b), bound), was = rget(fr, c);
     if (now == was) return;
-    if (now) { rset(S, fr, c); refs_of(S, fwd)[c]++; }
-    else { rclr(fr, c); refs_of(S, fwd)[c]--; }
+    if (now) rset(S, fr, c);
+    else rclr(fr, c);
 }
 
 /* The region of trusted b after the storages rs[k] with leaf[k] set became material; a leaf has
@@ -859,7 +834,7 @@ static int region_fast(St *S, int fwd, i32 b, const i32 *rs, const unsigned char
         const i32 op = S->ops_created - 1;
         for (i32 j = first_born_from(p, b, op), end = p->f_ptr[b + 1]; j < end && p->f_birth[j] == op; j++) {
             i32 y = p->f_list[j];
-            if (!rget(fr, y)) { rset(S, fr, y); S->ffr_refs[y]++; }
+            rset(S, fr, y);
         }
         S->fwd_ops[b] = S->ops_created;
     }
@@ -1243,30 +1218,23 @@ static i32 choose(St *S) {
 /* ---- eviction ------------------------------------------------------------------------------ */
 
 /* Before the regions (in one direction) that have s on their frontier absorb it: which of them
- * stay trusted. The absorbers are the storages on s's frontier in the other direction. */
+ * stay trusted. The absorbers are the storages on s's frontier in the other direction. When that
+ * frontier is fresh over every edge, every trusted region holding s is among them: a region
+ * holds s on its frontier exactly when its base reaches s through evicted storages, and then s's
+ * traversal the other way reaches the base. Otherwise a scan finds the trusted regions the
+ * absorption would miss. */
 static void evict_trust(St *S, int fwd, i32 s) {
-    const Row *absorbers = fr_of(S, !fwd, s), *ofr = fr_of(S, fwd, s);
+    const Row *absorbers = fr_of(S, !fwd, s);
     unsigned char *ok = ok_of(S, fwd);
-    i32 *refs = refs_of(S, fwd);
-    const i32 holders = refs[s]; /* trusted regions with s on their frontier */
     const int fresh_source = ok[s];
     const i32 bound = bound_of(S, fwd, s);
-    i32 seen = 0;
     FOR_ROW(absorbers, x, {
         if (S->pinned[x] || !ok[x]) continue;
-        const Row *rfr = fr_of(S, fwd, x);
-        int holds = rget(rfr, s);
-        seen += holds;
-        if (!fresh_source || !holds || bound_of(S, fwd, x) != bound) { untrust(S, fwd, x); continue; }
-        refs[s]--; /* absorbing s: it leaves the frontier, its own frontier joins */
-        for (i32 v = 0; v < ofr->n; v++) {
-            i32 w = ofr->lo + v;
-            for (u64 e = ofr->w[v] & ~rword(rfr, w); e; e &= e - 1) refs[(w << 6) + __builtin_ctzll(e)]++;
-        }
+        if (!fresh_source || !rget(fr_of(S, fwd, x), s) || bound_of(S, fwd, x) != bound) untrust(S, fwd, x);
     })
-    if (seen != holders) /* a trusted region has s on its frontier but will not absorb it */
-        for (i32 x = 0; x < S->p->n_storages; x++)
-            if (ok[x] && rget(fr_of(S, fwd, x), s) && !rget(absorbers, x)) untrust(S, fwd, x);
+    if (ok_of(S, !fwd)[s] && bound_of(S, !fwd, s) == S->ops_created) return;
+    for (i32 x = 0; x < S->p->n_storages; x++)
+        if (ok[x] && rget(fr_of(S, fwd, x), s) && !rget(absorbers, x)) untrust(S, fwd, x);
 }
 
 static void evict(St *S, i32 s, int by_policy) {
@@ -1648,7 +1616,7 @@ static void st_free(St *S) {
     void *ptrs[] = {S->defined, S->material, S->pinned, S->in_pool, S->ref_int, S->ref_ext,
                     S->s_compute, S->last_access, S->s_live, S->pool_prev, S->pool_next, S->pool_arr, S->pool_pos, S->fwd_in,
                     S->fwd_fr, S->rev_in, S->rev_fr, S->fwd_c, S->rev_c,
-                    S->aff.w, S->rev_ok, S->fr_refs, S->fwd_ok, S->ffr_refs, S->fwd_ops, S->check_in.w, S->check_fr.w, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
+                    S->aff.w, S->rev_ok, S->fwd_ok, S->fwd_ops, S->check_in.w, S->check_fr.w, S->aff_list, S->aff_rev_list, S->touched, S->lab, S->delta, S->pending, S->dfs, S->ecn, S->uf_parent, S->uf_value, S->mark, S->mark2,
                     S->umark, S->node_mark, S->fr_t, S->fr_undef_off, S->fr_undef_n, S->fr_i, S->fr_remat,
                     S->fr_wait, S->undef, S->evicted_by_policy, S->op_rs, S->op_dup, S->op_leaf, S->op_gone, S->hist_evict, S->hist_remat, S->share,
                     S->ev.kind, S->ev.score, S->ev.terms};
@@ -1896,12 +1864,11 @@ static int st_init(St *S, Prog *P, long long budget, Py_buffer *code, Py_buffer 
         S->touched = malloc(sizeof(i32) * (ns + 1));
         S->lab = calloc(ns + 1, sizeof(u64)); S->delta = calloc(ns + 1, sizeof(u64));
         S->pending = calloc(S->words, sizeof(u64));
-        S->rev_ok = calloc(ns + 1, 1); S->fr_refs = calloc(ns + 1, sizeof(i32));
-        S->fwd_ok = calloc(ns + 1, 1); S->ffr_refs = calloc(ns + 1, sizeof(i32));
+        S->rev_ok = calloc(ns + 1, 1); S->fwd_ok = calloc(ns + 1, 1);
         S->fwd_ops = calloc(ns + 1, sizeof(i32));
         ok = S->fwd_in && S->fwd_fr && S->rev_in && S->rev_fr && S->fwd_c && S->rev_c &&
              S->aff_list && S->aff_rev_list && S->touched &&
-             S->lab && S->delta && S->pending && S->rev_ok && S->fr_refs && S->fwd_ok && S->ffr_refs && S->fwd_ops;
+             S->lab && S->delta && S->pending && S->rev_ok && S->fwd_ok && S->fwd_ops;
         S->trust_on = ok && trust && acyclic(P, S->dfs, S->mark);
     }
     if (ok && !regions) { /* scores read these as zero */
