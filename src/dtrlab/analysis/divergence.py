@@ -100,12 +100,16 @@ class _AtChoice:
         raise AttributeError(name)
 
 
+def policy_log(events) -> np.ndarray:
+    """A run's policy evictions as rows [clock_ns, storage], from its EventLog."""
+    log = events.rows(kind=EVICT)
+    return np.stack([log.clock_ns, log.storage], axis=1)
+
+
 def _policy_log(program: Program, budget_bytes: int, pol, rt, engine: str, seed: int) -> np.ndarray:
-    """The run's policy evictions as rows [clock_ns, storage]."""
     res = simulate(program, budget_bytes, pol, rt, engine=engine, seed=seed,
                    instruments=Instruments(per_storage=False, events=True, oom_snapshot=False))
-    log = res.observations.events.rows(kind=EVICT)
-    return np.stack([log.clock_ns, log.storage], axis=1)
+    return policy_log(res.observations.events)
 
 
 def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names, seed: int) -> Choice:
@@ -122,14 +126,17 @@ def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names
 
 
 def diverge(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
-            runtime: str = DEFAULT_RUNTIME, engine: str = "auto", seed: int = 0) -> Divergence:
+            runtime: str = DEFAULT_RUNTIME, engine: str = "auto", seed: int = 0,
+            logs: tuple = (None, None)) -> Divergence:
     """The first policy eviction where runs a and b differ, and the score terms there; `engine`
-    runs the two logs (simulate's choice), the terms always come from the Python engine."""
+    runs the two logs (simulate's choice), the terms always come from the Python engine. logs: the
+    runs' policy_log where the caller has them (None: run it), each of the whole run, unbounded."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
     if pol.score is None:
         raise UsageError(f"policy {pol.name} chooses at random: there are no score terms to compare")
-    la, lb = (_policy_log(program, x.budget_bytes, pol, rt, engine, seed) for x in (a, b))
+    la, lb = (given if given is not None else _policy_log(program, x.budget_bytes, pol, rt, engine, seed)
+              for x, given in zip((a, b), logs))
     n = min(len(la), len(lb))
     differ = np.flatnonzero(la[:n, 1] != lb[:n, 1])
     if len(differ):

@@ -9,18 +9,53 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..analysis.churn import storage_counts
-from ..analysis.divergence import diverge
+from ..analysis.divergence import diverge, policy_log
 from ..analysis.oom import explain_oom
 from ..analysis.mechanism import (KINDS, Signature, counts_table, event_log, evictions_of, mechanisms, pairs_of,
                                   worst_moment)
 from ..analysis.scan import Budget
 from ..errors import UsageError
+from ..sim import cengine
+from ..sim.policies import get_policy
+from ..sim.runtimes import get_runtime
 from ..sim.result import OK, OOM
 from .memo import memo
 from .plan import RUNTIME, SUBJECT_POLICY, Plan
 
 
-def _counts(out: Path, program, run, plan: Plan):
+class _Runs:
+    """The runs a switch or inversion reads, each simulated once for its counts, its event log and its
+    policy evictions: a run that finished or ran out of memory under the overhead cap is the same run
+    with the cap or without it. The last few are kept (neighbouring pairs share runs); a remat_limit
+    run, and any run where the compiled engine does not run the policy, takes its consumers' own paths."""
+
+    KEEP = 4
+
+    def __init__(self, program) -> None:
+        self.program = program
+        self.kept: dict[int, dict] = {}
+        self.pol, self.rt = get_policy(SUBJECT_POLICY), get_runtime(RUNTIME)
+
+    def of(self, run) -> dict | None:
+        if run.outcome not in (OK, OOM) or not cengine.supports(self.pol, self.rt):
+            return None
+        got = self.kept.pop(run.budget_bytes, None)
+        if got is None:
+            got = cengine.run_compiled(self.program, run.budget_bytes, self.pol, self.rt, counts=True, events=True)
+        self.kept[run.budget_bytes] = got
+        while len(self.kept) > self.KEEP:
+            del self.kept[next(iter(self.kept))]
+        return got
+
+    def counts(self, run):
+        """storage_counts(...) of the run, as it gives them."""
+        got = self.of(run)
+        if got is None:
+            return None
+        return {k: v for k, v in got.items() if k not in ("events", "storage_counts")}, got["storage_counts"]
+
+
+def _counts(out: Path, program, run, plan: Plan, runs: _Runs):
     # The key of the pipeline's churn of pairs for runs the overhead cap cannot change (ok and oom
     # runs never passed it); a remat_limit run is replayed with the cap that stopped it.
     key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY}
@@ -29,7 +64,8 @@ def _counts(out: Path, program, run, plan: Plan):
         limit = plan.overhead_limit
         key["overhead_limit"] = limit
     _, arrays = memo(out, "counts", key,
-                     lambda: storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, limit))
+                     lambda: runs.counts(run) or storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME,
+                                                               limit))
     return evictions_of(arrays)
 
 
@@ -47,26 +83,34 @@ def _explained(out: Path, ooms, program):
     return explain
 
 
-def _divergence(out: Path, program):
+def _divergence(out: Path, program, runs: _Runs):
     def divergence(a, b):
         # The key of the pipeline's focus (a: the fast run, b: the slow one), so the focus is not replayed.
         key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
+
+        def log(run):
+            got = runs.of(run)
+            return None if got is None else policy_log(got["events"])
         try:
             return memo(out, "divergence", key, lambda: diverge(program, Budget(a.ratio, a.budget_bytes),
                                                                 Budget(b.ratio, b.budget_bytes), SUBJECT_POLICY,
-                                                                RUNTIME))
+                                                                RUNTIME, logs=(log(a), log(b))))
         except UsageError:  # no compiled engine: the divergence needs its eviction log
             return None
     return divergence
 
 
-def _deepest(out: Path, program, plan: Plan):
+def _deepest(out: Path, program, plan: Plan, runs: _Runs):
     def deepest(run):
         # The memo keeps worst_moment's figures, not the log (a row per engine event).
         key = {"trace": program.sha256, "budget": run.budget_bytes, "policy": SUBJECT_POLICY,
                "overhead_limit": plan.overhead_limit}
-        return memo(out, "deepest", key, lambda: worst_moment(
-            event_log(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, plan.overhead_limit)))
+
+        def log():
+            got = runs.of(run)
+            return got["events"] if got is not None else event_log(program, run.budget_bytes, SUBJECT_POLICY,
+                                                                    RUNTIME, plan.overhead_limit)
+        return memo(out, "deepest", key, lambda: worst_moment(log()))
     return deepest
 
 
@@ -77,10 +121,11 @@ def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan) -> tu
         if policy != SUBJECT_POLICY:
             continue
         program = by_name[trace]
+        runs = _Runs(program)
         sigs += mechanisms(program, pairs_of(curve.switches, curve.inversions), SUBJECT_POLICY, RUNTIME,
-                           counts=lambda run, p=program: _counts(out, p, run, plan),
-                           explain=_explained(out, ooms, program), divergence=_divergence(out, program),
-                           deepest=_deepest(out, program, plan))
+                           counts=lambda run, p=program, r=runs: _counts(out, p, run, plan, r),
+                           explain=_explained(out, ooms, program), divergence=_divergence(out, program, runs),
+                           deepest=_deepest(out, program, plan, runs))
     return tuple(sigs)
 
 
