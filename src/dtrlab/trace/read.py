@@ -118,14 +118,19 @@ def _name(obj: dict, key: str, path: str, line: int) -> str:
     return value
 
 
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
 def _int(obj: dict, key: str, path: str, line: int, minimum: int) -> int:
     """An integer field; the public traces write integers as decimal strings."""
     value = _field(obj, key, path, line)
+    if type(value) is int and minimum <= value <= INT64_MAX:  # the common case, checked below otherwise
+        return value
     if isinstance(value, bool):
         value = None
-    elif isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+    elif isinstance(value, str) and _DECIMAL.fullmatch(digits := value.strip()):
         # Python refuses to convert strings of more than 4300 digits; 2**63 has 19.
-        value = int(value) if len(value.strip().lstrip("-").lstrip("0")) <= 20 else INT64_MAX + 1
+        value = int(digits) if len(digits.lstrip("-").lstrip("0")) <= 20 else INT64_MAX + 1
     if not isinstance(value, int):
         raise TraceError(path, line, f"field {key} must be an integer, got {obj[key]!r}")
     if value > INT64_MAX:
