@@ -149,10 +149,17 @@ def _names(obj: dict, key: str, path: str, line: int) -> tuple[str, ...]:
     return tuple(value)
 
 
+_DECODE = json.JSONDecoder().raw_decode
+_JSON_SPACE = " \t\r\n"  # what JSON counts as whitespace (str.strip would take more)
+
+
 def parse_line(text: str, path: str, line: int) -> Instruction:
     """One instruction from one line of a trace."""
     try:
-        obj = json.loads(text)
+        text = text.strip(_JSON_SPACE)
+        obj, end = _DECODE(text)  # json.loads, less its two whitespace scans
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
     except (ValueError, RecursionError) as exc:
         # JSONDecodeError is a ValueError; a bare ValueError is a number literal too long to convert.
         if isinstance(exc, json.JSONDecodeError):
