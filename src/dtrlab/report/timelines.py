@@ -11,6 +11,7 @@ from ..analysis.scan import Budget
 from ..timeline import switchplot
 from ..timeline.write import SUFFIXES, Format, write
 from ..timeline.source import record
+from .memo import memo
 from .plan import RUNTIME, SUBJECT_POLICY
 from .study import STUDY_TRACES
 
@@ -48,17 +49,29 @@ class Timelines:
     slow: switchplot.SwitchSeries | None = None
 
 
-def _write_run(out: Path, program, budget: Budget, what: str, stem: str,
-               engine: str) -> tuple[list[TimelineFile], object]:
-    tl = record(program, budget.budget_bytes, SUBJECT_POLICY, RUNTIME, ratio=budget.ratio, engine=engine)
-    folder = out / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    for fmt in FORMATS:
-        path = folder / f"{stem}{SUFFIXES[fmt]}"
-        write(tl, fmt, path)
-        files.append(TimelineFile(what, fmt.value, f"{FOLDER}/{path.name}", path.stat().st_size, HOW_TO_OPEN[fmt]))
-    return files, tl
+def _write_run(out: Path, program, budget: Budget, what: str, stem: str, engine: str,
+               label: str | None = None) -> tuple[list[TimelineFile], object]:
+    """The run's timeline files (and, given a label, its switchplot series). A rerun of the report
+    reads them from the memo while its files are there as written: recording and writing a timeline
+    is seconds a run, and the bytes would be the same."""
+    def fresh():
+        tl = record(program, budget.budget_bytes, SUBJECT_POLICY, RUNTIME, ratio=budget.ratio, engine=engine)
+        folder = out / FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        files = []
+        for fmt in FORMATS:
+            path = folder / f"{stem}{SUFFIXES[fmt]}"
+            write(tl, fmt, path)
+            files.append(TimelineFile(what, fmt.value, f"{FOLDER}/{path.name}", path.stat().st_size,
+                                      HOW_TO_OPEN[fmt]))
+        return files, None if label is None else switchplot.series(tl, label)
+
+    key = {"trace": program.sha256, "budget": budget.budget_bytes, "ratio": budget.ratio, "policy": SUBJECT_POLICY,
+           "runtime": RUNTIME, "what": what, "stem": stem, "label": label}
+    files, series = memo(out, "timeline", key, fresh)
+    if not all((out / f.path).is_file() and (out / f.path).stat().st_size == f.size_bytes for f in files):
+        files, series = fresh()  # a file gone or changed since: write them again
+    return files, series
 
 
 def write_timelines(out: Path, by_name: dict, focus, ooms: tuple, engine: str = "auto") -> Timelines:
@@ -71,11 +84,10 @@ def write_timelines(out: Path, by_name: dict, focus, ooms: tuple, engine: str = 
         program, sw = by_name[focus.trace], focus.switch
         trace = focus.trace
         for run, side in ((sw.fast, "fast"), (sw.slow, "slow")):
-            got, tl = _write_run(out, program, Budget(run.ratio, run.budget_bytes),
-                                 f"{focus.trace} at {run.label} ({side} run of the switch)",
-                                 f"{focus.trace}-{run.label}-{SUBJECT_POLICY}", engine)
+            got, s = _write_run(out, program, Budget(run.ratio, run.budget_bytes),
+                                f"{focus.trace} at {run.label} ({side} run of the switch)",
+                                f"{focus.trace}-{run.label}-{SUBJECT_POLICY}", engine, f"ratio {run.label}")
             files += got
-            s = switchplot.series(tl, f"ratio {run.label}")
             fast, slow = (s, slow) if side == "fast" else (fast, s)
     cases = [c for c in ooms if c.policy == SUBJECT_POLICY]
     if cases:
