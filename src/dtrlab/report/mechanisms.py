@@ -35,9 +35,10 @@ class _Runs:
         self.program = program
         self.kept: dict[int, dict] = {}
         self.pol, self.rt = get_policy(SUBJECT_POLICY), get_runtime(RUNTIME)
+        self.compiled = cengine.supports(self.pol, self.rt)
 
     def of(self, run) -> dict | None:
-        if run.outcome not in (OK, OOM) or not cengine.supports(self.pol, self.rt):
+        if run.outcome not in (OK, OOM) or not self.compiled:
             return None
         got = self.kept.pop(run.budget_bytes, None)
         if got is None:

@@ -605,6 +605,13 @@ static void rcopy(St *S, Row *dst, const Row *src) {
             __VA_ARGS__                                                                        \
         }
 
+/* The storage edges one way: forward (each storage's consumers) or back (its inputs),
+ * each list ascending by birth. */
+typedef struct { const i32 *ptr, *list, *birth; } Adj;
+static inline Adj adj_of(const Prog *p, int forward) {
+    return forward ? (Adj){p->f_ptr, p->f_list, p->f_birth} : (Adj){p->r_ptr, p->r_list, p->r_birth};
+}
+
 static void region_clear(St *S, int forward, i32 s) {
     (forward ? S->fwd_in : S->rev_in)[s].n = 0;
     (forward ? S->fwd_fr : S->rev_fr)[s].n = 0;
@@ -617,8 +624,8 @@ static void region_clear(St *S, int forward, i32 s) {
  * reach it. The sets are exactly those of one traversal per base. */
 static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     const Prog *p = S->p;
-    const i32 *ptr = forward ? p->f_ptr : p->r_ptr, *list = forward ? p->f_list : p->r_list;
-    const i32 *birth = forward ? p->f_birth : p->r_birth;
+    const Adj e = adj_of(p, forward);
+    const i32 *ptr = e.ptr, *list = e.list, *birth = e.birth;
     Row *in_base = forward ? S->fwd_in : S->rev_in, *fr_base = forward ? S->fwd_fr : S->rev_fr;
     i64 *comp = forward ? S->fwd_c : S->rev_c;
     u64 *pend = S->pending;
@@ -775,11 +782,9 @@ static void trust(St *S, int fwd, i32 b) {
 /* Whether storage c has a neighbour born before `bound` that is b or inside b's region `in`:
  * looking back along the traversal's direction (a forward region reaches c from c's inputs). */
 static int feeds(const St *S, int fwd, i32 c, i32 b, const Row *in, i32 bound) {
-    const Prog *p = S->p;
-    const i32 *ptr = fwd ? p->r_ptr : p->f_ptr, *list = fwd ? p->r_list : p->f_list;
-    const i32 *birth = fwd ? p->r_birth : p->f_birth;
-    for (i32 k = ptr[c], end = ptr[c + 1]; k < end && birth[k] < bound; k++) {
-        i32 y = list[k];
+    const Adj e = adj_of(S->p, !fwd);
+    for (i32 k = e.ptr[c], end = e.ptr[c + 1]; k < end && e.birth[k] < bound; k++) {
+        i32 y = e.list[k];
         if (y == b || rget(in, y)) return 1;
     }
     return 0;
@@ -818,14 +823,13 @@ static int region_fast(St *S, int fwd, i32 b, const i32 *rs, const unsigned char
         gone[k] = (unsigned char)rget(in, rs[k]);
         if (gone[k]) { rclr(in, rs[k]); comp[b] -= S->s_compute[rs[k]]; }
     }
-    const i32 *ptr = fwd ? p->f_ptr : p->r_ptr, *list = fwd ? p->f_list : p->r_list;
-    const i32 *birth = fwd ? p->f_birth : p->r_birth;
+    const Adj e = adj_of(p, fwd);
     for (i32 k = 0; k < nrs; k++) {
         if (!gone[k]) continue;
         i32 s = rs[k];
         refresh_frontier_bit(S, fwd, b, s, bound);
-        for (i32 j = ptr[s], end = ptr[s + 1]; j < end && birth[j] < bound; j++)
-            refresh_frontier_bit(S, fwd, b, list[j], bound);
+        for (i32 j = e.ptr[s], end = e.ptr[s + 1]; j < end && e.birth[j] < bound; j++)
+            refresh_frontier_bit(S, fwd, b, e.list[j], bound);
     }
     if (take_new) {
         /* b's own edges to the newest operator's outputs: its inputs are all in memory, so no
@@ -846,11 +850,9 @@ static int region_fast(St *S, int fwd, i32 b, const i32 *rs, const unsigned char
 /* Whether every born neighbour of s in the traversal's direction is in memory (s's own region
  * in that direction would be empty). */
 static int is_leaf(const St *S, int fwd, i32 s) {
-    const Prog *p = S->p;
-    const i32 *ptr = fwd ? p->f_ptr : p->r_ptr, *list = fwd ? p->f_list : p->r_list;
-    const i32 *birth = fwd ? p->f_birth : p->r_birth;
-    for (i32 k = ptr[s], end = ptr[s + 1]; k < end && birth[k] < S->ops_created; k++)
-        if (!S->material[list[k]]) return 0;
+    const Adj e = adj_of(S->p, fwd);
+    for (i32 k = e.ptr[s], end = e.ptr[s + 1]; k < end && e.birth[k] < S->ops_created; k++)
+        if (!S->material[e.list[k]]) return 0;
     return 1;
 }
 
@@ -867,9 +869,7 @@ static i32 update_trusted(St *S, int fwd, const i32 *rs, i32 nrs, i32 *bases, i3
 
 /* Rebuild the regions of `bases` (material) from scratch, in groups of 64. */
 static void rebuild_regions(St *S, int forward, const i32 *bases, i32 n) {
-    S->region_rebuilds += n;
-    if (S->trust_on)
-        for (i32 i = 0; i < n; i++) untrust(S, forward, bases[i]);
+    S->region_rebuilds += n; /* trusted or not before, each is a fresh traversal after */
     for (i32 i = 0; i < n; i += 64) rebuild_group(S, forward, bases + i, n - i < 64 ? (int)(n - i) : 64);
     for (i32 i = 0; i < n; i++) trust(S, forward, bases[i]);
 }
@@ -1017,10 +1017,9 @@ static void fresh_neighborhood(St *S, i32 base, i64 *cost, i64 *latest) {
         S->dfs[top++] = base;
         while (top) {
             i32 s = S->dfs[--top];
-            const i32 *ptr = forward ? p->f_ptr : p->r_ptr, *list = forward ? p->f_list : p->r_list;
-            const i32 *birth = forward ? p->f_birth : p->r_birth;
-            for (i32 k = ptr[s], end = ptr[s + 1]; k < end && birth[k] < S->ops_created; k++) {
-                i32 us = list[k];
+            const Adj e = adj_of(p, forward);
+            for (i32 k = e.ptr[s], end = e.ptr[s + 1]; k < end && e.birth[k] < S->ops_created; k++) {
+                i32 us = e.list[k];
                 if (S->material[us] || vis[us] == S->stamp) continue;
                 vis[us] = S->stamp;
                 S->dfs[top++] = us;
