@@ -6,6 +6,7 @@ fail in CI (DTRLAB_REQUIRE_SHARED=1, DTRLAB_REQUIRE_COMPILED=1) so that a safety
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 from pathlib import Path
@@ -86,6 +87,12 @@ def pytest_configure(config):
 
 
 def pytest_runtest_setup(item):
+    # What earlier tests left (torch, compiled graphs, lowered traces, hypothesis' caches) is
+    # moved out of the collector's reach: without this every full collection inside a test walks
+    # that whole heap, and the suite ran 2-4x slower than its tests do one by one. What the test
+    # before this one let go is collected first, so nothing of it is kept.
+    gc.collect()
+    gc.freeze()
     for marker in _REQUIREMENTS:
         if item.get_closest_marker(marker) is not None:
             require(marker)
