@@ -108,6 +108,35 @@ def test_diverge_matches_both_eviction_logs(seed):
             assert choice.clock_ns is None
 
 
+@needs_compiled
+@pytest.mark.parametrize("seed", range(6))
+def test_diverge_on_a_prefix_of_either_log_finds_what_the_whole_logs_find(seed):
+    """A run the overhead cap stopped gives only a prefix of its log: cut anywhere (before the
+    parting, at it, after it, at nothing), either log or both, the parting and the choices there are
+    the whole logs', and a prefix's count in all is None (not known)."""
+    p = small(seed)
+    peak = baseline(p).peak_bytes
+    a, b = Budget(None, int(peak * 0.5)), Budget(None, int(peak * 0.6))
+    whole = diverge(p, a, b).to_dict()
+    pol, rt = get_policy("dtr"), get_runtime("eager-optimized")
+    logs = []
+    for budget in (a, b):
+        log = run_compiled(p, budget.budget_bytes, pol, rt, events=True)["events"].rows(kind="evict")
+        logs.append(np.stack([log.clock_ns, log.storage], axis=1))
+    k = whole["index"] if whole["index"] is not None else min(map(len, logs))
+    cuts = sorted({0, max(k - 1, 0), k, k + 1, *map(len, logs)})
+    for side in ((True, False), (False, True), (False, False)):
+        for cut in cuts:
+            given = tuple(log if w else log[:cut] for log, w in zip(logs, side))
+            got = diverge(p, a, b, logs=given, whole=side).to_dict()
+            # a prefix that holds the parting is used as it is (its count in all stays unknown);
+            # one that ends before it is run whole
+            inside = whole["index"] is not None and all(len(g) > k or w for g, w in zip(given, side))
+            for name, w in zip(("evictions_a", "evictions_b"), side):
+                assert got[name] == (whole[name] if w or not inside else None), (side, cut)
+            assert {**got, "evictions_a": 0, "evictions_b": 0} == {**whole, "evictions_a": 0, "evictions_b": 0}
+
+
 def test_diverge_of_a_random_policy_is_a_usage_error():
     with pytest.raises(UsageError):
         diverge(chain_program(4), Budget(None, 400), Budget(None, 300), policy="random")

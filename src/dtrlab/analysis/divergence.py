@@ -51,11 +51,13 @@ class Choice:
 
 @dataclass(frozen=True)
 class Divergence:
-    """index: how many policy evictions both runs shared before parting (None: never parted)."""
+    """index: how many policy evictions both runs shared before parting (None: never parted).
+    evictions_a/_b: each run's policy evictions in all (None: the run was looked at only as far as
+    the overhead cap let it go, which was far enough to find where it parts)."""
 
     index: int | None
-    evictions_a: int
-    evictions_b: int
+    evictions_a: int | None
+    evictions_b: int | None
     a: Choice | None
     b: Choice | None
 
@@ -125,28 +127,44 @@ def _look(program, budget: Budget, pol, rt, k: int, candidates: list[int], names
     return Choice(budget, clock, chosen, memory, terms)
 
 
+def _parting(la: np.ndarray, lb: np.ndarray, whole: tuple[bool, bool]) -> tuple[bool, int | None]:
+    """(decided, k): k is the first policy eviction where the logs differ (None: never). A log that
+    is not whole is a prefix of its run's, and decides only a difference inside it."""
+    n = min(len(la), len(lb))
+    differ = np.flatnonzero(la[:n, 1] != lb[:n, 1])
+    if len(differ):
+        return True, int(differ[0])
+    short = [i for i, log in enumerate((la, lb)) if len(log) == n]
+    if not all(whole[i] for i in short):  # a prefix ends before the runs are seen to part
+        return False, None
+    return True, (None if len(la) == len(lb) else n)  # else one run stops evicting where the other goes on
+
+
 def diverge(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
             runtime: str = DEFAULT_RUNTIME, engine: str = "auto", seed: int = 0,
-            logs: tuple = (None, None)) -> Divergence:
+            logs: tuple = (None, None), whole: tuple[bool, bool] = (True, True)) -> Divergence:
     """The first policy eviction where runs a and b differ, and the score terms there; `engine`
     runs the two logs (simulate's choice), the terms always come from the Python engine. logs: the
-    runs' policy_log where the caller has them (None: run it), each of the whole run, unbounded."""
+    runs' policy_log where the caller has them (None: run it, whole and unbounded); whole: False for
+    a given log that is only a prefix of its run's (a run the overhead cap stopped). A prefix is run
+    whole only when the parting is not inside it."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
     if pol.score is None:
         raise UsageError(f"policy {pol.name} chooses at random: there are no score terms to compare")
-    la, lb = (given if given is not None else _policy_log(program, x.budget_bytes, pol, rt, engine, seed)
-              for x, given in zip((a, b), logs))
-    n = min(len(la), len(lb))
-    differ = np.flatnonzero(la[:n, 1] != lb[:n, 1])
-    if len(differ):
-        k = int(differ[0])
-    elif len(la) != len(lb):
-        k = n  # one run stops evicting where the other goes on
-    else:
-        return Divergence(None, len(la), len(lb), None, None)
+    given = [(log, ok) if log is not None else (None, True) for log, ok in zip(logs, whole)]
+    decided = False
+    while not decided:
+        la, lb = (log if log is not None else _policy_log(program, x.budget_bytes, pol, rt, engine, seed)
+                  for x, (log, _) in zip((a, b), given))
+        flags = (given[0][1], given[1][1])
+        decided, k = _parting(la, lb, flags)
+        given = [(log, True) if ok else (None, True) for log, ok in zip((la, lb), flags)]
+    counts = [len(log) if ok else None for log, ok in zip((la, lb), flags)]
+    if k is None:
+        return Divergence(None, *counts, None, None)
     cands = sorted({int(log[k, 1]) for log in (la, lb) if k < len(log)})
     roots = program.storage_root
     names = {s: program.tensor_names[int(roots[s])] for s in cands}
-    return Divergence(k, len(la), len(lb), _look(program, a, pol, rt, k, cands, names, seed),
+    return Divergence(k, *counts, _look(program, a, pol, rt, k, cands, names, seed),
                       _look(program, b, pol, rt, k, cands, names, seed))

@@ -6,6 +6,7 @@ Owns which runs the section measures and where each figure is taken from; the ru
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..analysis.churn import storage_counts
@@ -19,6 +20,7 @@ from ..sim import cengine
 from ..sim.policies import get_policy
 from ..sim.runtimes import get_runtime
 from ..sim.result import OK, OOM
+from ..sim.simulate import baseline
 from .memo import memo
 from .plan import RUNTIME, SUBJECT_POLICY, Plan
 
@@ -26,23 +28,27 @@ from .plan import RUNTIME, SUBJECT_POLICY, Plan
 class _Runs:
     """The runs a switch or inversion reads, each simulated once for its counts, its event log and its
     policy evictions: a run that finished or ran out of memory under the overhead cap is the same run
-    with the cap or without it. The last few are kept (neighbouring pairs share runs); a remat_limit
-    run, and any run where the compiled engine does not run the policy, takes its consumers' own paths."""
+    with the cap or without it, and a run the cap stopped is replayed with that cap. The last few are
+    kept (neighbouring pairs share runs); where the compiled engine does not run the policy, each
+    consumer takes its own path."""
 
     KEEP = 4
 
-    def __init__(self, program) -> None:
+    def __init__(self, program, overhead_limit: float) -> None:
         self.program = program
         self.kept: dict[int, dict] = {}
         self.pol, self.rt = get_policy(SUBJECT_POLICY), get_runtime(RUNTIME)
         self.compiled = cengine.supports(self.pol, self.rt)
+        self.remat_limit_ns = baseline(program).compute_ns * (overhead_limit - 1) if self.compiled else None
 
     def of(self, run) -> dict | None:
-        if run.outcome not in (OK, OOM) or not self.compiled:
+        if not self.compiled:
             return None
         got = self.kept.pop(run.budget_bytes, None)
         if got is None:
-            got = cengine.run_compiled(self.program, run.budget_bytes, self.pol, self.rt, counts=True, events=True)
+            limit = math.inf if run.outcome in (OK, OOM) else self.remat_limit_ns
+            got = cengine.run_compiled(self.program, run.budget_bytes, self.pol, self.rt, limit, counts=True,
+                                       events=True)
         self.kept[run.budget_bytes] = got
         while len(self.kept) > self.KEEP:
             del self.kept[next(iter(self.kept))]
@@ -86,8 +92,12 @@ def _explained(out: Path, ooms, program):
 
 def _divergence(out: Path, program, runs: _Runs):
     def divergence(a, b):
-        # The key of the pipeline's focus (a: the fast run, b: the slow one), so the focus is not replayed.
+        # The key of the pipeline's focus (a: the fast run, b: the slow one), so the focus is not
+        # replayed; a run the cap stopped gives only its log up to the cap (its count in all is None).
         key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
+        capped = tuple(run.outcome not in (OK, OOM) for run in (a, b))
+        if any(capped):
+            key["capped"] = capped
 
         def log(run):
             got = runs.of(run)
@@ -95,7 +105,8 @@ def _divergence(out: Path, program, runs: _Runs):
         try:
             return memo(out, "divergence", key, lambda: diverge(program, Budget(a.ratio, a.budget_bytes),
                                                                 Budget(b.ratio, b.budget_bytes), SUBJECT_POLICY,
-                                                                RUNTIME, logs=(log(a), log(b))))
+                                                                RUNTIME, logs=(log(a), log(b)),
+                                                                whole=tuple(not c for c in capped)))
         except UsageError:  # no compiled engine: the divergence needs its eviction log
             return None
     return divergence
@@ -122,7 +133,7 @@ def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan) -> tu
         if policy != SUBJECT_POLICY:
             continue
         program = by_name[trace]
-        runs = _Runs(program)
+        runs = _Runs(program, plan.overhead_limit)
         sigs += mechanisms(program, pairs_of(curve.switches, curve.inversions), SUBJECT_POLICY, RUNTIME,
                            counts=lambda run, p=program, r=runs: _counts(out, p, run, plan, r),
                            explain=_explained(out, ooms, program), divergence=_divergence(out, program, runs),
