@@ -108,6 +108,15 @@ class _Region:
         self.compute = 0
 
 
+class _Regions(dict):
+    """storage -> its _Region in one direction, made when first read (most storages never need one:
+    making them all up front was most of an engine's start on a long trace)."""
+
+    def __missing__(self, s: int) -> _Region:
+        region = self[s] = _Region()
+        return region
+
+
 class Engine:
     """State of one run. `run()` walks the schedule and returns the counters."""
 
@@ -156,8 +165,8 @@ class Engine:
         self.pool_arr: list[int] = []
         self.pool_pos: dict[int, int] = {}
         self.pool_bytes = 0
-        self.region_fwd: list[_Region] | None = [] if self.regions_on else None
-        self.region_rev: list[_Region] | None = [] if self.regions_on else None
+        self.region_fwd: _Regions | None = _Regions() if self.regions_on else None
+        self.region_rev: _Regions | None = _Regions() if self.regions_on else None
         # equivalence classes: union-find over nodes, value kept at the root
         self.ecn: list[int | None] = []
         self.ecn_made: list[bool] = []
@@ -241,9 +250,6 @@ class Engine:
             self.ref_ext.extend([0] * k)
             self.pinned.extend([False] * k)
             self.last_access.extend([-INF] * k)
-            if self.regions_on:
-                self.region_fwd.extend(_Region() for _ in range(k))
-                self.region_rev.extend(_Region() for _ in range(k))
             self.ecn.extend([None] * k)
             self.ecn_made.extend([False] * k)
             if self.rt.banishing:
