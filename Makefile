@@ -16,7 +16,7 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# Everything but the end-to-end tests marked slow: the tier to run while working.
+# Everything but the tests marked slow (over ~0.5 s, or behind a fixture that is): the tier to run while working.
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 

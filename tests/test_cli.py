@@ -328,6 +328,7 @@ def test_help_loads_neither_numpy_nor_rich_help_nor_pydantic(tmp_path):
     assert sorted(m for m in (*HEAVY, "typer.rich_utils", "rich.markdown", "pydantic") if m in loaded) == []
 
 
+@pytest.mark.slow
 def test_a_cached_simulate_loads_what_it_needs_and_no_more(tmp_path):
     # numpy (the program and the engine) yes; the store, the report and pydantic no.
     code = "from dtrlab.cli import main; main()"

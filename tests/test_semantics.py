@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import golden
 from dtrlab.analysis.churn import compare_runs
@@ -90,6 +91,7 @@ def fingerprint() -> tuple[str, dict]:
     return hashlib.sha256(text.encode()).hexdigest(), parts
 
 
+@pytest.mark.slow
 def test_results_change_only_with_a_semantics_bump():
     digest, _ = fingerprint()
     pinned = golden("semantics")
@@ -100,6 +102,7 @@ def test_results_change_only_with_a_semantics_bump():
     assert digest == pinned["fingerprint"], f"results changed under semantics version {SEMANTICS_VERSION}: {bump}"
 
 
+@pytest.mark.slow
 def test_the_fingerprint_sees_every_kind_of_result():
     """The digest covers engines, runtimes and analyses that do something on these traces: an OOM,
     a switch, recomputation, evictions on every runtime."""

@@ -9,6 +9,7 @@ from conftest import TRACES, needs_shared
 from conftest import cli_invoke as invoke
 
 
+@pytest.mark.slow
 @needs_shared
 def test_scan_reports_the_resnet32_inversion(tmp_path):
     store = tmp_path / "scan.duckdb"

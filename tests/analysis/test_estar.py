@@ -58,6 +58,7 @@ def test_policies_without_incremental_e_star_are_refused():
         neighborhood_drift(synthetic_program(1), 10, "dtr-local")
 
 
+@pytest.mark.slow
 @needs_shared
 def test_estar_drift_command():
     from conftest import TRACES

@@ -178,6 +178,7 @@ def test_resnet32_oom_snapshot_is_the_same_from_both_engines(ratio):
     assert a is not None and a == b and len(a.frames) > 10
 
 
+@pytest.mark.slow
 @needs_shared
 @needs_compiled
 def test_lstm_event_log_is_the_same_from_both_engines():

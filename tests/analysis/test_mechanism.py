@@ -93,6 +93,7 @@ def _diverging_pairs():
                 yield d
 
 
+@pytest.mark.slow
 @needs_compiled
 def test_flipping_term_decomposes_the_engine_scores():
     """The shares of the rise of log(score x / score y) add up to what the engine's own scores say,
@@ -121,6 +122,7 @@ def test_flipping_term_decomposes_the_engine_scores():
     assert seen[mech.TIMING] > 0  # the programs exercise the decomposition, not only availability
 
 
+@pytest.mark.slow
 @needs_shared
 @needs_compiled
 @pytest.mark.parametrize("name", ["lstm", "resnet32"])

@@ -38,6 +38,7 @@ def expected(program, policy: str) -> dict:
             "max_neighbour_factor": max(factors), "inversions": inversions}
 
 
+@pytest.mark.slow
 def test_the_table_is_what_simulate_says_and_a_second_run_simulates_nothing(tmp_path):
     store = tmp_path / "rank.duckdb"
     args = ["rank", TRACES, "-t", "resnet32", "-p", "dtr", "-p", FORMULA, "-p", "lru", "--ratios", GRID,

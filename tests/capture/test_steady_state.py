@@ -36,6 +36,7 @@ json.dump({"peaks": [first.peak_bytes, second.peak_bytes, median.peak_bytes],
 """
 
 
+@pytest.mark.slow
 def test_the_first_capture_in_a_process_is_the_steady_state():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(Path(dtrlab.__file__).parents[1]), str(Path(__file__).parent)]))

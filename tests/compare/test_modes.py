@@ -65,6 +65,7 @@ def test_compare_times_each_mode_in_turns():
     assert all(p.step_s > 0 and p.peak_bytes > 0 and p.peak_kind == "storages" and not p.skipped for p in points)
 
 
+@pytest.mark.slow
 def test_modes_that_cannot_run_say_why_in_one_line():
     points = compare("lstm", ZOO["lstm"].tiny, [Mode("plain"), Mode("checkpoint"), Mode("staged", 0.05)],
                      repeat=1, costs="unit")
@@ -109,6 +110,7 @@ def test_compiled_steps_give_plain_pytorchs_gradients_within_tolerance_each_from
     assert counters["stats"]["unique_graphs"] - graphs == 2
 
 
+@pytest.mark.slow
 def test_checkpointing_updates_batch_norms_running_statistics_twice_and_staging_does_not():
     # docs/checkpointing.md: a recomputed batch norm in training mode updates its running statistics
     # again, so PyTorch's checkpointing changes the model's buffers; the staged step keeps them bitwise.

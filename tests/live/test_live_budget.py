@@ -30,6 +30,7 @@ def _unbounded_peak(name: str, plan) -> int:
     return session.peak_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planned", [False, True], ids=["unplanned", "planned"])
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_the_budget_holds_after_every_operator(name, planned):

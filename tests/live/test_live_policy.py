@@ -191,6 +191,7 @@ def test_the_measured_clock_counts_real_time():
 RATIOS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["c", "python"])
 @pytest.mark.parametrize("policy", ["dtr", "lru"])
 @pytest.mark.parametrize("name", sorted(ZOO))

@@ -33,6 +33,7 @@ def _zoo_training(name: str):
     return make
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ZOO))
 @pytest.mark.parametrize("p", [0.3, 1.0])
 def test_zoo_step_is_bitwise_plain_under_forced_evictions(name, p):
@@ -100,6 +101,7 @@ _layer = st.tuples(st.sampled_from(["conv", "linear"]), st.integers(1, 4).map(la
                    st.booleans(), st.booleans(), st.booleans(), st.booleans())
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layers=st.lists(_layer, min_size=1, max_size=5), seed=st.integers(0, 2**16),
        p=st.sampled_from([0.2, 0.6, 1.0]))
@@ -163,6 +165,7 @@ def test_a_random_operator_replays_its_values_and_leaves_the_generator_as_plain(
     assert same_bits(session.value(after_live), after_plain)
 
 
+@pytest.mark.slow
 def test_a_long_chain_rematerializes_without_recursion():
     x = torch.randn(8)
     with LiveSession() as session:

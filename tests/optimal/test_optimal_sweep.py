@@ -134,6 +134,7 @@ def test_bound_only_rows_hold_the_crossing_bound_below_the_optimum(tmp_path):
         assert 1.0 <= row["bound_overhead"] <= overhead_of(program, brute_force_optimum(program, budget)) + 1e-12
 
 
+@pytest.mark.slow
 def test_the_sweep_command_takes_the_solver_among_its_policies(tmp_path):
     source, program = _small_trace(tmp_path)
     budget = str(min_budget_bytes(program))

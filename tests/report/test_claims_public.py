@@ -13,7 +13,7 @@ from dtrlab.report.plan import CLAIMS
 
 from conftest import TRACES, golden, needs_compiled, needs_shared, require_shared
 
-pytestmark = [needs_shared, needs_compiled]
+pytestmark = [needs_shared, needs_compiled, pytest.mark.slow]  # all behind one study run
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,7 @@ def rows_of(repro, shown: str) -> dict:
     return {r.trace: r for r in repro.leaderboard.rows if r.policy == shown}
 
 
+@pytest.mark.slow
 @needs_shared
 def test_a_formula_under_a_name_joins_the_leaderboard_and_a_new_formula_under_it_gets_rows_of_its_own(tmp_path):
     program, = load(str(TRACES), ["resnet32"])
@@ -83,6 +84,7 @@ def test_a_formula_under_a_name_joins_the_leaderboard_and_a_new_formula_under_it
 TINY = str(dtrlab.__file__).removesuffix("__init__.py") + "data/examples/tiny.jsonl"
 
 
+@pytest.mark.slow
 def test_reproduce_takes_a_formula_and_a_policy_file_and_refuses_a_bad_one_in_one_line(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(f'[policies.cheap]\nscore = "{CHEAP}"\n')

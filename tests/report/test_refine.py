@@ -67,6 +67,7 @@ def check_refined(runs) -> None:
                 assert side in seen, (r.ratio, side)
 
 
+@pytest.mark.slow
 def test_sweep_refine_and_reproduce_share_one_loop(tmp_path):
     expected = _by_hand(tmp_path / "hand.duckdb")
     coarse = len(parse_ratios(COARSE_RATIOS))

@@ -54,6 +54,7 @@ def _claims(repro) -> dict:
     return {c.key: c for c in repro.claims}
 
 
+@pytest.mark.slow
 @needs_shared
 def test_public_quick_claims(public):
     claims = _claims(public)
@@ -71,6 +72,7 @@ def test_public_quick_claims(public):
     assert claims["c"].kind == HYPOTHESIS
 
 
+@pytest.mark.slow
 @needs_shared
 def test_public_quick_files_and_rerun(public, tmp_path):
     out = public.out_dir
@@ -91,6 +93,7 @@ def test_public_quick_files_and_rerun(public, tmp_path):
     assert [c.verdict for c in again.claims] == [c.verdict for c in public.claims]
 
 
+@pytest.mark.slow
 @needs_shared
 def test_oom_replays_are_bounded_by_score_evaluations(public, tmp_path):
     # A count from the store, not a time: what a report explains does not depend on the machine.
@@ -108,6 +111,7 @@ def test_oom_replays_are_bounded_by_score_evaluations(public, tmp_path):
             "for a replay on the Python engine") in skipped
 
 
+@pytest.mark.slow
 @needs_shared
 def test_further_ooms_of_one_inversion_are_bounded_by_their_total(public, tmp_path):
     # The five OOMs of the public ResNet-32's inversion: replayed in budget order while their
@@ -129,6 +133,7 @@ def test_further_ooms_of_one_inversion_are_bounded_by_their_total(public, tmp_pa
     assert [c.ratio for c in cases if c.trace == "resnet32" and c.policy == "dtr"] == [0.102]
 
 
+@pytest.mark.slow
 def test_shipped_quick(shipped):
     names = {t["name"] for t in shipped.traces}
     assert {"resnet32", "unet", "lstm"} <= names
@@ -150,6 +155,7 @@ def _check_svg(path: Path) -> None:
     assert root.tag.endswith("svg"), path
 
 
+@pytest.mark.slow
 @needs_shared
 def test_figures_valid(public):
     figs = public.figures
@@ -166,6 +172,7 @@ def _report_files(out: Path) -> dict:
     return {p.relative_to(out): p.read_bytes() for p in files}
 
 
+@pytest.mark.slow
 def test_cli_rerun_simulates_nothing_and_writes_the_same_bytes(shipped, tmp_path):
     # The shipped fixture's folder: every run is in its store, so the command simulates nothing new,
     # says so, and writes the same report, summary and figures, byte for byte.
@@ -189,6 +196,7 @@ def test_cli_rerun_simulates_nothing_and_writes_the_same_bytes(shipped, tmp_path
     assert bad.exit_code == 2 and bad.stderr.startswith("dtrlab: ") and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 @needs_shared
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)")
 def test_report_in_headless_chromium(public, tmp_path):
@@ -243,6 +251,7 @@ def _check_first_screen(repro) -> list:
     return listed
 
 
+@pytest.mark.slow
 def test_first_screen_names_what_the_analyses_find_on_the_shipped_traces(shipped):
     listed = _check_first_screen(shipped)
     assert any(row[1] == "switch" for row in listed)
@@ -258,12 +267,14 @@ def test_first_screen_names_what_the_analyses_find_on_the_shipped_traces(shipped
     assert FETCH_AND_REPRODUCE in summary
 
 
+@pytest.mark.slow
 @needs_shared
 def test_first_screen_names_the_public_resnet32_inversion(public):
     listed = _check_first_screen(public)
     assert ["resnet32", "inversion", "0.101"] == listed[[r[0] for r in listed].index("resnet32")][:3]
 
 
+@pytest.mark.slow
 def test_report_states_the_recorder_peak_gap(shipped):
     # The manifest's figures were measured when the traces were captured: the recorder's peak, and
     # the simulated one then. The report's in-place column must come back to the recorder's.
@@ -282,6 +293,7 @@ def test_report_states_the_recorder_peak_gap(shipped):
     assert "exactly the recorder's on every one of these traces" in html
 
 
+@pytest.mark.slow
 def test_a_plan_does_not_choose_traces_by_file_name(tmp_path):
     # The same bytes as tiny.jsonl and as resnet32-tiny.jsonl: the same study, --quick or not.
     for name in ("tiny.jsonl", "resnet32-tiny.jsonl"):
@@ -337,6 +349,7 @@ def test_a_failed_reproduce_leaves_no_empty_folder(tmp_path):
     assert mine.is_dir()
 
 
+@pytest.mark.slow
 def test_the_same_figure_gives_the_same_bytes(shipped, tmp_path):
     curves = {p: c for (t, p), c in shipped.curves.items() if t == "lstm"}
     paths = [plots.save(plots.overhead_curves("lstm", curves, SUBJECT_POLICY, 20.0), tmp_path / k, "f")
@@ -350,6 +363,7 @@ def test_the_same_figure_gives_the_same_bytes(shipped, tmp_path):
 # --- what the report may say: runs that were made, in words a newcomer can read --------------
 
 
+@pytest.mark.slow
 def test_every_subject_curve_is_refined_before_it_is_reported(shipped):
     from test_refine import check_refined
 
@@ -359,6 +373,7 @@ def test_every_subject_curve_is_refined_before_it_is_reported(shipped):
         check_refined(curve.runs)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_public_quick_curves_are_refined_and_the_left_out_lstm_is_named(public):
     from test_refine import check_refined
@@ -372,6 +387,7 @@ def test_public_quick_curves_are_refined_and_the_left_out_lstm_is_named(public):
     assert "(run without --quick)" in a1.verdict
 
 
+@pytest.mark.slow
 @needs_shared
 def test_a_simrd_zip_quick_names_the_lstm_it_leaves_out(tmp_path):
     from conftest import SIMRD_ZIP, require
@@ -387,6 +403,7 @@ def test_a_simrd_zip_quick_names_the_lstm_it_leaves_out(tmp_path):
         assert "no lstm trace in this run" not in claims[key].verdict
 
 
+@pytest.mark.slow
 def test_the_glossary_defines_each_term_before_its_first_use(shipped):
     from dtrlab.report.html import GLOSSARY
 
@@ -402,6 +419,7 @@ def test_the_glossary_defines_each_term_before_its_first_use(shipped):
         assert summary.index(f"- `{term}`: ") < summary.index("## Claims of the study")
 
 
+@pytest.mark.slow
 def test_oom_figures_are_in_bytes(public):
     # the public traces' quick plan: ResNet-32's inversion has OOMs to explain (the shipped captures
     # have none since they hold written constants by their owner)
@@ -419,6 +437,7 @@ def test_oom_figures_are_in_bytes(public):
     assert " MiB" not in "".join(rows)
 
 
+@pytest.mark.slow
 def test_legends_cover_no_data_and_white_cells_are_explained(public, monkeypatch, tmp_path):
     from dtrlab.report import write
 
@@ -447,6 +466,7 @@ def test_legends_cover_no_data_and_white_cells_are_explained(public, monkeypatch
         assert any(t.startswith("white, x hatch") for t in seen["ablation-heatmap"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)")
 @pytest.mark.parametrize("width", [1024, 1600])
 def test_report_layout_in_headless_chromium(shipped, tmp_path, width):

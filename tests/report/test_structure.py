@@ -70,6 +70,7 @@ def test_no_import_cycle_in_report():
     assert _cycle(graph) is None, _cycle(graph)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.stem for p in REPORT.glob("*.py") if p.stem != "__init__"))
 def test_each_report_module_imports_alone(name):
     # A fresh interpreter: alone means with nothing imported before it.
@@ -78,6 +79,7 @@ def test_each_report_module_imports_alone(name):
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_progress_counts_every_stage_and_ends_at_n_of_n(tmp_path):
     buffer = io.StringIO()
     console = Console(file=buffer, width=200, force_terminal=False, color_system=None)

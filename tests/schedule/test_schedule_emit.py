@@ -45,6 +45,7 @@ PUBLIC = ([(name, r) for name in ("inceptionv4", "lstm", "resnet32", "transforme
           + [("lstm", 0.265), ("lstm", 0.266), ("unet", 0.2)])
 
 
+@pytest.mark.slow
 @needs_shared
 @pytest.mark.parametrize("name, ratio", PUBLIC)
 def test_every_public_runs_schedule_replays_with_the_simulators_figures(name, ratio):
@@ -95,6 +96,7 @@ def _first_constant_free(program, sched) -> int | None:
     return frees[0] if frees else None
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs)
 def test_generated_runs_schedules_replay_and_both_engines_write_the_same(case):
@@ -131,6 +133,7 @@ def test_a_run_stopped_by_its_overhead_limit_writes_the_prefix_it_made(name, rat
     assert replay.remat_ns > (limit - 1) * program.compute_ns  # it stopped just past the limit
 
 
+@pytest.mark.slow
 @needs_shared
 def test_the_lstms_fast_schedule_fits_the_budget_where_dtr_is_slow():
     """A schedule that fits a budget fits every larger one: the LSTM's run at 0.265 (1.38x) replays

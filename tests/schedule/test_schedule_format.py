@@ -24,6 +24,7 @@ schedules = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(schedules)
 def test_write_then_read_gives_the_same_schedule(tmp_path_factory, sched):

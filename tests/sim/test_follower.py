@@ -78,6 +78,7 @@ follows = st.tuples(
 )
 
 
+@pytest.mark.slow
 @needs_compiled
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(follows)

@@ -223,6 +223,7 @@ def c_evaluate(formula, values):
     return _cengine.evaluate(code, floats, [values[name] for name in _cengine.FEATURES])
 
 
+@pytest.mark.slow
 @needs_compiled
 @settings(max_examples=3000, deadline=None)
 @given(formula_nodes(), feature_values())

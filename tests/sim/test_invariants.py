@@ -3,7 +3,7 @@ arithmetic, counts that bound each other, and results that do not depend on name
 
 from __future__ import annotations
 
-
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +36,7 @@ def _decided(result) -> dict:
     return d
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(cases)
 def test_counts_and_clock_hold_together(case):
@@ -80,6 +81,7 @@ def _scaled(instructions, k: int):
             for ins in instructions]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(cases)
 def test_renaming_every_tensor_changes_nothing(case):
@@ -93,6 +95,7 @@ def test_renaming_every_tensor_changes_nothing(case):
         assert _decided(a) == _decided(b)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(cases, st.integers(2, 1000))
 def test_scaling_every_time_by_k_scales_every_clock_by_k(case, k):

@@ -46,6 +46,7 @@ def _engine_for(row) -> str:
     return "python" if get_runtime(row["runtime"]).banishing else "c"
 
 
+@pytest.mark.slow
 @needs_compiled
 @pytest.mark.parametrize("row", _rows(), ids=_id)
 def test_row_matches_reference(row):
@@ -53,6 +54,7 @@ def test_row_matches_reference(row):
     _check(row, _engine_for(row))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", [r for r in _rows() if r["trace"] in ("resnet32", "unet")], ids=_id)
 def test_row_matches_reference_on_python_engine(row):
     """The pure-Python engine, the oracle the compiled one is held to, matches the reference too."""
@@ -77,6 +79,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_without_the_compiled_engine_the_default_falls_back_to_python_with_the_same_rows():
     """A machine without a C compiler: `simulate` falls back to the Python engine and still gives the
     reference's rows (a fresh process where the extension cannot be imported; every 10th resnet32 row,

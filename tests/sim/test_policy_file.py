@@ -44,6 +44,7 @@ def anti_thrash(request, policy_file):
         ["--policies", policy_file, "--policy", "anti-thrash"]
 
 
+@pytest.mark.slow
 @needs_shared
 def test_simulate_and_scan_give_what_simulate_gives(anti_thrash, tmp_path):
     program = public_program("resnet32")
@@ -59,6 +60,7 @@ def test_simulate_and_scan_give_what_simulate_gives(anti_thrash, tmp_path):
         assert (run["outcome"], run["evictions"]) == (again.outcome, again.evictions)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_two_budget_commands_run_the_file_policy(anti_thrash):
     program = public_program("resnet32")
@@ -104,6 +106,7 @@ def test_sweep_runs_every_policy_of_the_file_keyed_by_its_text(policy_file, tmp_
         assert (row.outcome, row.clock_ns, row.evictions) == (direct.outcome, direct.clock_ns, direct.evictions)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_two_formulas_under_one_name_never_share_rows(tmp_path):
     from dtrlab.sweep.store import results_dataframe
@@ -159,6 +162,7 @@ def score_fn(f):
 '''
 
 
+@pytest.mark.slow
 @needs_shared
 def test_a_module_function_runs_in_sweep_workers(tmp_path, monkeypatch):
     from dtrlab.sim.policies import StorageFeatures, get_policy, policy_key

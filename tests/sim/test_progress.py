@@ -90,6 +90,7 @@ def test_a_thrash_is_said_once_while_climbing_and_names_the_overhead_limit():
     assert limited == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_cli_prints_the_figures_so_far_and_exit_130(tmp_path, monkeypatch):
     path = tmp_path / "long.jsonl"
     path.write_text(format_trace(synthetic_trace(7, 3000)))

@@ -41,6 +41,7 @@ def _setup(case):
     return program, budget_from_ratio(program, ratio), policy, runtime, pseed
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(runs)
 def test_memory_never_exceeds_the_budget(case):
@@ -59,6 +60,7 @@ def _assert_engines_agree(program, budget, policy, runtime, pseed=0):
     engines_observe_alike(program, budget, policy, runtime, pseed)
 
 
+@pytest.mark.slow
 @needs_compiled
 @SETTINGS
 @given(runs)
@@ -114,6 +116,7 @@ def test_same_inputs_same_result(case):
     assert first == again
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_hash_order(tmp_path):
     """Python's hash seed reorders dicts of strings and sets of objects; results must not move."""
     script = (
@@ -138,6 +141,7 @@ def test_results_do_not_depend_on_hash_order(tmp_path):
     assert len(json.loads(outputs.pop())) == 24
 
 
+@pytest.mark.slow
 def test_deep_rematerialization_chain_needs_no_recursion():
     """A 20,000-operator chain, all evicted, then its last link used: every link is recomputed
     in one rematerialization chain, under the default recursion limit."""
@@ -181,6 +185,7 @@ formula_runs = st.tuples(
 )
 
 
+@pytest.mark.slow
 @needs_compiled
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(formula_runs)

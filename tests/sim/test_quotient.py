@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,12 +17,14 @@ def q(num, den):
     return quotient(num, den)
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(st.integers(-(2**62), 2**62), st.integers(1, 2**126))
 def test_matches_python_true_division(num, den):
     assert q(num, den) == num / den
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(st.integers(1, 2**40), st.integers(1, 2**40), st.integers(1, 2**40))
 def test_matches_on_score_shaped_operands(compute, size, staleness):

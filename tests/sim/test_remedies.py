@@ -74,6 +74,7 @@ def test_the_remedies_are_built_in_formulas(seed):
             del POLICIES[hand.name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remedy", ["dtr-ancestors-sq", "dtr-ancestors"])
 def test_the_ancestor_remedies_have_no_switch_at_the_study_lstm_pairs(remedy):
     program = public_program("lstm")

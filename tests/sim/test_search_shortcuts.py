@@ -32,6 +32,7 @@ def test_a_runtime_takes_its_search_options_by_name():
         get_runtime("eager-optimized+fast")
 
 
+@pytest.mark.slow
 @needs_compiled
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), ratio=st.sampled_from([0.9, 0.6, 0.4, 0.25]),

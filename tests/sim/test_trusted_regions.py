@@ -3,6 +3,7 @@ the results of traversing afresh, which the pure-Python engine does every time."
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def _agree(program, budget, policy, runtime):
 
 # Few aliases keep most generated storage graphs acyclic, where regions can be trusted. The
 # examples are rare programs where an eviction misses a trusted region holding the evicted storage.
+@pytest.mark.slow
 @example(2370, 69, 0.05, "dtr", "eager-optimized", 0.383)
 @example(94611, 70, 0.05, "ab-e-stale", "optimized", 0.521)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -63,6 +65,7 @@ def test_trusted_regions_change_no_result(seed, n_ops, p_alias, policy, runtime,
     _agree(program, budget_from_ratio(program, ratio), policy, runtime)
 
 
+@pytest.mark.slow
 def test_a_thrashing_run_updates_most_reverse_regions_in_place():
     program = next(p for p in load(shipped_traces(), ["resnet32"]))
     assert _acyclic(program)
@@ -79,6 +82,7 @@ def test_a_cyclic_storage_graph_rebuilds_every_region():
         assert out["region_rebuilds"] > 0
 
 
+@pytest.mark.slow
 def test_a_run_without_evictions_walks_a_few_edges_per_operator():
     """Each operator's computation moves its outputs onto the forward regions of its inputs in place:
     at ratio 1.0 the upkeep walks a few edges an operator, however many consumers or released

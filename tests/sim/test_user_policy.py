@@ -85,6 +85,7 @@ def test_a_formula_runs_compiled_in_lockstep_with_the_same_python_function(anti_
                     for r in runs}) == 1
 
 
+@pytest.mark.slow
 @needs_shared
 def test_history_changes_the_choices_on_a_thrashing_trace(anti_thrash):
     formula, function = anti_thrash

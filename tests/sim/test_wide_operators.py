@@ -77,6 +77,7 @@ wide_runs = st.tuples(
 )
 
 
+@pytest.mark.slow
 @needs_compiled
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wide_runs)

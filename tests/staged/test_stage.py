@@ -198,6 +198,7 @@ def test_a_scheduler_stepped_inside_the_step_is_refused_and_put_back():
     assert_bitwise(params, list(model.parameters()))
 
 
+@pytest.mark.slow
 def test_a_scheduler_stepped_outside_the_staged_step_is_bitwise_eager_over_steps():
     """The workaround the refusal names: each new rate is a new graph (planned again), each bitwise."""
     plain, pm, po, psched = scheduled_world()
@@ -235,6 +236,7 @@ def test_a_number_read_out_for_a_log_is_refused():
     assert_bitwise(params, list(model.parameters()))
 
 
+@pytest.mark.slow
 def test_numbers_read_from_returned_tensors_are_bitwise_eager_over_steps():
     """The workaround the refusal names: the step returns the tensors, the loop reads them."""
     def world():

@@ -29,6 +29,7 @@ def test_stage_runs_the_staged_step_beside_the_plain_one():
     assert summary["staging_s"] > 0 and summary["staged_step_ms"] > 0
 
 
+@pytest.mark.slow
 def test_stage_mistakes_are_one_line():
     code, out, err = cli_invoke("stage", "densenet", "--optimizer", "lion", "--ratio", "1")
     assert code == 2 and "--optimizer" in err and len(err.strip().splitlines()) == 1

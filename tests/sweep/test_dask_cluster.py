@@ -84,6 +84,7 @@ def _tasks_done(client) -> int:
     return client.run_on_scheduler(count)
 
 
+@pytest.mark.slow
 def test_a_cluster_of_processes_gives_the_local_rows(cluster, tmp_path):
     address, client = cluster
     local, remote = tmp_path / "local.duckdb", tmp_path / "remote.duckdb"

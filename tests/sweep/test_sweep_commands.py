@@ -15,6 +15,7 @@ from sweep_helpers import TRACES, needs_shared, oracle, resnet_specs
 pytestmark = needs_shared
 
 
+@pytest.mark.slow
 def test_sweep_then_export_csv_and_parquet(tmp_path):
     store = tmp_path / "s.duckdb"
     result = cli_invoke("sweep", TRACES, "--trace", "resnet32", "--ratios", "0.20:0.30:0.05", "--policy", "dtr",
@@ -40,6 +41,7 @@ def test_sweep_then_export_csv_and_parquet(tmp_path):
                                   frame[["trace", "policy", "ratio", "outcome", "evictions"]])
 
 
+@pytest.mark.slow
 def test_refine_adds_runs_between_jumps(tmp_path):
     store = tmp_path / "r.duckdb"
     result = cli_invoke("sweep", TRACES, "-t", "resnet32", "--ratios", "0.1,0.2,0.3", "--refine", "1",

@@ -91,6 +91,7 @@ def _digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_killed_store_keeps_every_committed_run_in_its_log(killed, expected_keys, tmp_path):
     path = _copy(killed, tmp_path)
     before = _digests(tmp_path)
@@ -280,6 +281,7 @@ def test_an_export_that_fails_midway_leaves_the_old_file_and_no_partial(killed, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "store.duckdb", "store.duckdb.wal"]
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_one_line_and_makes_no_store(tmp_path, monkeypatch):
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
@@ -307,6 +309,7 @@ main(sys.argv[1:])
 SLOW_RATIOS = [round(0.1 + 0.01 * i, 2) for i in range(11)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stop_signal_keeps_what_is_stored_and_says_so(tmp_path, stop):
     """Ctrl-C (SIGINT) and SIGTERM alike: the runs stored stay, the summary and the message are
@@ -340,6 +343,7 @@ def test_a_stop_signal_keeps_what_is_stored_and_says_so(tmp_path, stop):
             assert frame.loc[spec.key, "clock_ns"] == oracle(spec).clock_ns
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_loses_its_run_and_the_sweep_goes_on(tmp_path, monkeypatch):
     """A worker process killed mid-run (as the OS's out-of-memory killer would): that run is not
     stored and is named, every other run is stored and right, and a resume runs only the lost one."""
@@ -369,6 +373,7 @@ def test_a_worker_that_dies_loses_its_run_and_the_sweep_goes_on(tmp_path, monkey
     assert (again.ran, again.skipped, again.lost) == (1, 3, ())
 
 
+@pytest.mark.slow
 def test_the_sweep_command_names_a_lost_run_and_exits_1(tmp_path, monkeypatch):
     from dtrlab.sweep import executors
 

@@ -35,6 +35,7 @@ def local_store(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_local_sweep_stores_what_simulate_gives(local_store):
     frame = results_dataframe(local_store)
     specs = resnet_specs(RATIOS, POLICIES)
@@ -52,6 +53,7 @@ def test_local_sweep_stores_what_simulate_gives(local_store):
                 result.overhead is None and math.isnan(row["overhead"])) and row["ratio"] == spec.ratio
 
 
+@pytest.mark.slow
 def test_a_second_sweep_skips_what_is_stored(local_store):
     before = result_rows(results_dataframe(local_store))
     specs = resnet_specs(RATIOS + [0.35], POLICIES)
@@ -122,6 +124,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie has stopped; only its exit status waits to be read
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes through /proc")
 def test_kill_minus_nine_then_resume_stores_every_run_once(tmp_path):
     script = tmp_path / "sweep.py"
@@ -198,6 +201,7 @@ def test_a_run_past_its_timeout_is_stopped_by_killing_its_process(held_runs):
         worker.close(kill=True)
 
 
+@pytest.mark.slow
 def test_timeouts_are_stored_and_retried_only_with_more_time(tmp_path, held_runs):
     path = tmp_path / "t.duckdb"
     slow = resnet_specs([0.1], [HELD_DTR])[0]  # held: it cannot end within 20 ms, until release()
@@ -220,6 +224,7 @@ def test_timeouts_are_stored_and_retried_only_with_more_time(tmp_path, held_runs
     assert rows.loc[slow.key, "timeout_s"] == 600
 
 
+@pytest.mark.slow
 def test_bad_timeout_and_worker_errors_are_usage_errors(tmp_path):
     path = tmp_path / "e.duckdb"
     spec = resnet_specs([0.3])[0]
@@ -255,6 +260,7 @@ def test_refinement_adds_exact_ratios_where_results_jump(local_store, tmp_path):
     assert {s.policy for s in new} == {"dtr"} and not {s.key for s in new} & {s.key for s in coarse}
 
 
+@pytest.mark.slow
 def test_a_semantics_bump_reruns_what_the_store_holds(local_store, tmp_path, monkeypatch):
     """Rows computed under an older semantics version are never served: the same grid runs again."""
     import dtrlab.sweep.grid as grid

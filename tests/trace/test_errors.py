@@ -300,6 +300,7 @@ def unet_bytes():
     return path.read_bytes()
 
 
+@pytest.mark.slow
 @needs_shared
 @FUZZ
 @given(st.data())

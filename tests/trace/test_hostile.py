@@ -261,6 +261,7 @@ def _trace_error_reasons() -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_cases_reach_many_distinct_reasons_of_the_reader(tmp_path):
     """Many cases, told apart by the code: the error lines the CLI prints for them match at least 28
     distinct reasons the reader and the lowering raise (the others are met one by one in test_errors),

@@ -133,6 +133,7 @@ def test_synthetic_trace_rejects_impossible_shapes(kwargs):
 # --- the round trip ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @FAST
 @given(rng=st.randoms(use_true_random=False), n_ops=st.integers(1, 40), max_outputs=st.integers(1, 4),
        start=st.booleans(), backward=st.booleans(), compress=st.booleans())

@@ -136,6 +136,7 @@ def test_an_exact_name_wins_over_prefixes(tmp_path):
     assert [s.name for s in select(renamed, ["res"])] == ["resnet32", "resnet32-8"]
 
 
+@pytest.mark.slow
 def test_a_sweep_over_clashing_names_resumes(clashing):
     store = clashing / "store.duckdb"
     args = ["sweep", clashing, "--budget-bytes", "2000000000,3000000000", "--store", store, "--workers", "1"]
