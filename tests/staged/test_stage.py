@@ -279,7 +279,7 @@ def test_the_solver_s_schedule_runs_as_a_staged_step_bitwise_eager():
     into the step as DTR's is, and the step is bitwise the eager one over three steps."""
     plain, pm, po = mlp_world(optimizer="sgd")
     step, sm, so = mlp_world(optimizer="sgd")
-    staged = dtrlab.stage(step, ratio=0.7, costs="unit", planner="optimal", time_limit_s=60)
+    staged = dtrlab.stage(step, ratio=0.7, costs="unit", planner="optimal", time_limit_s=5)
     torch.manual_seed(7)
     plain_losses = [plain().detach() for _ in range(3)]
     torch.manual_seed(7)
