@@ -164,7 +164,7 @@ def test_figures_valid(public):
         _check_png(fig["png"])
         _check_svg(fig["svg"])
     on_disk = sorted(p.name for p in (public.out_dir / "figures").iterdir())
-    assert on_disk == sorted(f"{n}.{e}" for n in figs for e in ("png", "svg"))
+    assert on_disk == sorted([f"{n}.{e}" for n in figs for e in ("png", "svg")] + ["digests.json"])
 
 
 def _report_files(out: Path) -> dict:

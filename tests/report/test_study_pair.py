@@ -12,7 +12,7 @@ import pytest
 
 from dtrlab.report.claims import REPRODUCED, Beside, beside_claims, evaluate
 from dtrlab.report.findings import Curve, StudyPair, curves, study_pair
-from dtrlab.report.pipeline import _pair_churn
+from dtrlab.report.pipeline import _pair_churn, _pair_survey
 from dtrlab.report.plan import FULL, REPORT_OVERHEAD_LIMIT, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR
 from dtrlab.report.study import STUDY_TRACES
 from dtrlab.sweep.grid import build_specs, parse_ratios
@@ -78,7 +78,7 @@ def test_a1_a3_are_reproduced_on_the_full_window_with_the_larger_switches_beside
     assert all(s.factor > pair.largest.factor for s in pair.larger)
 
     plan = replace(FULL, max_pairs=len(pair.switches))  # the churn of the study's pairs alone
-    pairs = _pair_churn(out, found, {lstm.name: lstm}, plan, pair)
+    pairs = _pair_churn(out, _pair_survey(found, plan, pair), {lstm.name: lstm}, plan)
     info = {"name": lstm.name, "sha256": lstm.sha256, "operators": lstm.n_ops}
     repro = SimpleNamespace(traces=(info,), left_out=(), plan=plan, study_pair=pair, pairs=pairs, curves=found,
                             ooms=(), ablation=None, mechanisms=())

@@ -50,6 +50,21 @@ class LiveSection:
         return all(r.same_decisions for r in self.rows if r.clock == "logical")
 
 
+def decided_by() -> dict:
+    """What decides the live section, as the memo's key: the section's settings, torch's version, the
+    machine (its clock is measured) and dtrlab's code. A rerun on the same machine reads the
+    section kept in the report folder; delete analyses/live-*.pickle there to run it again."""
+    import platform
+    from importlib import metadata
+
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    return {"ratios": LIVE_RATIOS, "measured": MEASURED_RATIO, "policy": LIVE_POLICY, "torch": torch,
+            "host": platform.node(), "machine": platform.machine(), "python": platform.python_version()}
+
+
 def live_section() -> LiveSection:
     """Every zoo model at its small sizes, captured, then run live at LIVE_RATIOS (logical) and MEASURED_RATIO
     (measured) with LIVE_POLICY; torch seeded with 0 before each model is made."""

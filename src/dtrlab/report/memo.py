@@ -7,6 +7,7 @@ analyses/; an entry is used only when it holds its own key and values of today's
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -54,18 +55,41 @@ def _read(path: Path, canonical: str) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """The sha256 of dtrlab's own source files (Python and C): part of a key whose value the code
+    decides beyond what SEMANTICS_VERSION covers (a measured live run, a figure's drawing)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".j2")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _path(folder: Path, kind: str, canonical: str) -> Path:
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:24]
+    return Path(folder) / "analyses" / f"{kind}-{digest}.pickle"
+
+
+def stored(folder: Path, kind: str, key: dict) -> bool:
+    """Whether memo(folder, kind, key, ...) would read its value rather than compute it."""
+    canonical = _canonical(kind, key)
+    return _read(_path(folder, kind, canonical), canonical) is not _MISSING
+
+
 def memo(folder: Path, kind: str, key: dict, compute: Callable[[], Any]) -> Any:
     """compute() once per (kind, key); later calls read the stored value. The files are ours:
-    written by this function, atomically, in the report folder."""
+    written by this function, atomically, in the report folder (from any process: each writes a
+    file of its own, then renames it)."""
     canonical = _canonical(kind, key)
-    digest = hashlib.sha256(canonical.encode()).hexdigest()[:24]
-    path = Path(folder) / "analyses" / f"{kind}-{digest}.pickle"
+    path = _path(folder, kind, canonical)
     value = _read(path, canonical)
     if value is not _MISSING:
         return value
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     with open(partial, "wb") as f:
         pickle.dump((canonical, value), f)
     os.replace(partial, path)

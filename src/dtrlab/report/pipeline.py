@@ -31,16 +31,17 @@ from ..sim.policies import ablation_policies
 from ..sim.result import OOM
 from ..sim.simulate import baseline, simulate
 from ..sweep.grid import RunSpec, build_specs, ratio_literal
-from ..sweep.run import SweepSummary, run_sweep
+from ..sweep.run import SweepSummary, progress_bar, run_sweep
 from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
 from .leaderboard import Leaderboard
-from .mechanisms import mechanisms_of
-from .memo import memo
+from .mechanisms import mechanisms_of, runs_read
+from .memo import code_digest, memo
 from .refine import refine_to_fine
 from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
+from .runfacts import facts, prefetch
 from .study import SHIPPED, STUDY_TRACES
 
 if TYPE_CHECKING:
@@ -317,8 +318,12 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                 ablation = _ablation(trace, ratios, ab_frame)
         with stages.stage("explaining every inversion's out-of-memory"):
             ooms, skipped = _explain_inversions(out, found, by_name, frame, plan)
-        with stages.stage("churn of every neighbouring fine switch"):
-            pairs = _pair_churn(out, found, by_name, plan, pair)
+        with stages.stage("churn of every neighbouring fine switch", " (simulating the runs it and the mechanisms read)"):
+            survey = _pair_survey(found, plan, pair)
+            wanted = [(by_name[t], run) for t, sw in survey for run in (sw.fast, sw.slow)]
+            with progress_bar(stages.console, progress) as bar:
+                prefetch(out, wanted + runs_read(found, by_name), plan.overhead_limit, workers, bar)
+            pairs = _pair_churn(out, survey, by_name, plan)
         board = None
         with stages.stage("leaderboard of the policies"):
             if plan.ranks:
@@ -351,9 +356,9 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     live = None
     with stages.stage("live runs: the zoo's steps under budgets in PyTorch (with torch)"):
         if plan.live:
-            from .live import live_section
+            from .live import decided_by, live_section
 
-            live = live_section()
+            live = memo(out, "live", {**decided_by(), "code": code_digest()}, live_section)
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
                          study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs,
                          new_solves=new_solves, peaks=peaks,
@@ -398,28 +403,32 @@ def _ablation(trace: str, ratios: tuple[float, ...], frame: pd.DataFrame) -> Abl
     return Ablation(trace, ratios, tuple(rows), per_policy)
 
 
-def _pair_churn(out: Path, found: dict, by_name: dict, plan: Plan, pair: StudyPair | None) -> tuple[PairChurn, ...]:
-    """Every fine switch of the subject policy, with all-eviction churn figures (compiled runs
-    with per-storage counts, kept in the report folder), at most plan.max_pairs of them, the
-    study's pair always among them."""
+def _pair_survey(found: dict, plan: Plan, pair: StudyPair | None) -> list[tuple[str, Switch]]:
+    """The fine switches of the subject policy whose churn the report gives: the study's pair first,
+    then the largest, at most plan.max_pairs of them (the study's pair always among them)."""
     survey = []
     for (trace, policy), curve in sorted(found.items()):
         if policy == SUBJECT_POLICY:
             survey += [(trace, s) for s in curve.fine_switches()]
     first = [(pair.trace, s) for s in pair.switches] if pair is not None else []
     survey = first + [ts for ts in sorted(survey, key=lambda ts: -ts[1].factor) if ts not in first]
-    survey = survey[:max(plan.max_pairs, len(first))]
+    return survey[:max(plan.max_pairs, len(first))]
 
-    def evicted(program: Program, budget_bytes: int) -> np.ndarray:
-        key = {"trace": program.sha256, "budget": budget_bytes, "policy": SUBJECT_POLICY}
-        _, arrays = memo(out, "counts", key,
-                         lambda: storage_counts(program, budget_bytes, SUBJECT_POLICY, RUNTIME))
+
+def _pair_churn(out: Path, survey: list[tuple[str, Switch]], by_name: dict, plan: Plan) -> tuple[PairChurn, ...]:
+    """Each switch of the survey with all-eviction churn figures (from the runs' facts)."""
+    def evicted(program: Program, run) -> np.ndarray:
+        got = facts(out, program, run, plan.overhead_limit)
+        if got is not None:
+            arrays = got.arrays
+        else:
+            _, arrays = storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME)
         return arrays["policy_evictions"] + arrays["eager_evictions"]
 
     pairs = []
     for trace, sw in survey:
         program = by_name[trace]
-        fast, slow = evicted(program, sw.fast.budget_bytes), evicted(program, sw.slow.budget_bytes)
+        fast, slow = evicted(program, sw.fast), evicted(program, sw.slow)
         a, b = fast > 0, slow > 0
         union = int((a | b).sum())
         pairs.append(PairChurn(trace, sw, float(fast.sum() / max(a.sum(), 1)), float(slow.sum() / max(b.sum(), 1)),

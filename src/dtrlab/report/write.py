@@ -8,22 +8,76 @@ long each stage took, how many runs were new) goes to run.json only.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import io
 import json
+import os
+import pickle
 from pathlib import Path
 
 from .. import __version__
 from . import leaderboard, plots
 from .html import render_html, render_markdown
+from .memo import code_digest
 from .plan import FINE_STEP, SUBJECT_POLICY, fine_neighbours
+
+
+def _canonical_bytes(value) -> bytes:
+    """The same bytes for equal values, however they were made: through a pickle first (an array
+    read back from the memo has another layout than the one it was made from), then pickled
+    without the pickler's memo (which writes a value shared by two places once, so the bytes
+    would depend on which objects happen to be one object)."""
+    value = pickle.loads(pickle.dumps(value, protocol=5))
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=5)
+    pickler.fast = True  # no memo; the inputs hold no cycles
+    pickler.dump(value)
+    return buf.getvalue()
+
+
+class _Drawn:
+    """The figures a folder already holds, each by the digest of what drew it (figures/digests.json):
+    a figure whose inputs and code are unchanged is not drawn again (its files are the same bytes)."""
+
+    FILE = "digests.json"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        try:
+            self.digests = json.loads((folder / self.FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.digests = {}
+        if not isinstance(self.digests, dict):
+            self.digests = {}
+
+    def files(self, name: str, draw, args: tuple) -> tuple[Path, Path]:
+        from importlib import metadata
+
+        digest = hashlib.sha256(_canonical_bytes((name, args, metadata.version("matplotlib"), code_digest())))
+        digest = digest.hexdigest()
+        png, svg = self.folder / f"{name}.png", self.folder / f"{name}.svg"
+        if self.digests.get(name) == digest and png.is_file() and svg.is_file():
+            return png, svg
+        self.digests.pop(name, None)  # a figure half written is never taken as drawn
+        self.save()
+        png, svg = plots.save(draw(*args), self.folder, name)
+        self.digests[name] = digest
+        return png, svg
+
+    def save(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f"{self.FILE}.partial"
+        partial.write_text(json.dumps(self.digests, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(partial, self.folder / self.FILE)
 
 
 def _figures(repro) -> dict[str, dict]:
     """name -> {png, svg, caption}; drawn from the reproduction, nothing simulated here."""
-    folder = repro.out_dir / "figures"
+    drawn = _Drawn(repro.out_dir / "figures")
     out: dict[str, dict] = {}
 
-    def keep(name, fig, caption):
-        png, svg = plots.save(fig, folder, name)
+    def keep(name, caption, draw, *args):
+        png, svg = drawn.files(name, draw, args)
         out[name] = {"png": png, "svg": svg, "caption": caption}
 
     paper = set(repro.plan.policies)
@@ -31,9 +85,10 @@ def _figures(repro) -> dict[str, dict]:
         trace = info["name"]
         per = {p: c for (t, p), c in repro.curves.items() if t == trace and p in paper}
         if per:
-            keep(f"overhead-{trace}", plots.overhead_curves(trace, per, SUBJECT_POLICY, repro.plan.overhead_limit),
+            keep(f"overhead-{trace}",
                  f"{trace}: overhead against budget for every policy (coarse grid, plus fine scans for "
-                 f"{SUBJECT_POLICY}); shaded: {SUBJECT_POLICY}'s fast and slow regimes; x: infeasible budgets.")
+                 f"{SUBJECT_POLICY}); shaded: {SUBJECT_POLICY}'s fast and slow regimes; x: infeasible budgets.",
+                 plots.overhead_curves, trace, per, SUBJECT_POLICY, repro.plan.overhead_limit)
     strips = []
     for (t, p), curve in sorted(repro.curves.items()):
         ratios = sorted(r.ratio for r in curve.runs if r.ratio is not None)
@@ -42,14 +97,16 @@ def _figures(repro) -> dict[str, dict]:
             lo, hi = min(a for a, _ in fine), max(b for _, b in fine)
             strips.append((t, [r for r in curve.runs if r.ratio is not None and lo <= r.ratio <= hi]))
     if strips:
-        keep("feasibility-fine", plots.feasibility_strip(strips, SUBJECT_POLICY, float(FINE_STEP)),
+        keep("feasibility-fine",
              f"Outcome of every budget of the fine scans ({FINE_STEP} steps) of each trace; white: a budget not "
-             "run, between two that agree (the grid is refined wherever neighbours differ).")
+             "run, between two that agree (the grid is refined wherever neighbours differ).",
+             plots.feasibility_strip, strips, SUBJECT_POLICY, float(FINE_STEP))
     f = repro.focus
     if f is not None:
-        keep("evictions-per-storage", plots.eviction_histograms(
-            f.trace, f.policy, (f.switch.fast.ratio, f.per_storage_fast), (f.switch.slow.ratio, f.per_storage_slow)),
-             f"{f.trace}: how often each evicted storage is evicted in the fast and the slow run of the largest switch.")
+        keep("evictions-per-storage",
+             f"{f.trace}: how often each evicted storage is evicted in the fast and the slow run of the largest switch.",
+             plots.eviction_histograms, f.trace, f.policy, (f.switch.fast.ratio, f.per_storage_fast),
+             (f.switch.slow.ratio, f.per_storage_slow))
     _timeline_figures(repro, keep)
     cases = [c for c in repro.ooms if c.series is not None]
     if cases:
@@ -57,22 +114,25 @@ def _figures(repro) -> dict[str, dict]:
         # frames of rematerialization when memory ran out), then the smallest budget.
         c = min(cases, key=lambda c: (c.policy != SUBJECT_POLICY, -len(c.report.frames), c.trace, c.ratio or 0))
         r = c.report
-        keep("memory-near-oom", plots.memory_near_oom(c.trace, c.policy, c.ratio, c.series, r.budget_bytes,
-                                                      r.pinned_bytes, r.frontier_bytes),
+        keep("memory-near-oom",
              f"{c.trace} / {c.policy}: resident memory over the last changes before the OOM, against the budget "
-             "and the bytes that were pinned (and pinned or locked) when it ran out.")
+             "and the bytes that were pinned (and pinned or locked) when it ran out.",
+             plots.memory_near_oom, c.trace, c.policy, c.ratio, c.series, r.budget_bytes, r.pinned_bytes,
+             r.frontier_bytes)
     if repro.ablation is not None:
         a = repro.ablation
-        keep("ablation-heatmap", plots.ablation_heatmap(a.trace, a.ratios, a.curves),
-             f"{a.trace}: every ablation of the DTR score over the budgets around the focus.")
+        keep("ablation-heatmap", f"{a.trace}: every ablation of the DTR score over the budgets around the focus.",
+             plots.ablation_heatmap, a.trace, a.ratios, a.curves)
     for tb in (repro.baselines.traces if repro.baselines is not None else ()):
-        keep(f"optimal-{tb.trace}", plots.optimal_baselines(tb.trace, tb.points),
+        keep(f"optimal-{tb.trace}",
              f"{tb.trace}: overhead against budget of DTR, DTR's envelope (the least overhead DTR reaches at any "
              "budget up to each), the best schedule the solver found (replayed by the schedule checker) and the lower "
-             "bound no schedule beats, at the budgets the store has solver rows for; x: DTR runs out of memory.")
+             "bound no schedule beats, at the budgets the store has solver rows for; x: DTR runs out of memory.",
+             plots.optimal_baselines, tb.trace, tb.points)
     if repro.leaderboard is not None:
-        keep("leaderboard", leaderboard.figure(repro.leaderboard),
-             "Every ranked policy's overhead against budget on each trace (feasible budgets; log scale).")
+        keep("leaderboard", "Every ranked policy's overhead against budget on each trace (feasible budgets; log scale).",
+             leaderboard.figure, repro.leaderboard)
+    drawn.save()
     return out
 
 
@@ -82,16 +142,18 @@ def _timeline_figures(repro, keep) -> None:
 
     t, f = repro.timelines, repro.focus
     if t is not None and t.fast is not None:
-        keep("switch-timeline", tls.switch_figure(t, f.divergence if f is not None else None),
+        keep("switch-timeline",
              f"{t.switch_trace}: the fast ({t.fast.label}) and the slow ({t.slow.label}) run of the switch over the "
              "simulated clock: resident memory against each budget, cumulative recompute time, and every eviction "
-             "by storage; dotted: the first eviction where the two runs choose differently.")
+             "by storage; dotted: the first eviction where the two runs choose differently.",
+             tls.switch_figure, t, f.divergence if f is not None else None)
     pair = repro.study_pair
     if pair is not None and tls.zoom_runs(repro.curves[(pair.trace, SUBJECT_POLICY)])[0]:
         lo, hi = tls.ZOOM_RATIOS
-        keep("lstm-zoom", tls.zoom_figure(pair.trace, repro.curves[(pair.trace, SUBJECT_POLICY)], pair),
+        keep("lstm-zoom",
              f"{pair.trace}: the budgets between {lo:g} and {hi:g} that the full curve smears, one marker per "
-             f"budget, coloured by regime; circled and labelled: the study's pair ({pair.labels}).")
+             f"budget, coloured by regime; circled and labelled: the study's pair ({pair.labels}).",
+             tls.zoom_figure, pair.trace, repro.curves[(pair.trace, SUBJECT_POLICY)], pair)
 
 
 RUN_RECORD = "run.json"

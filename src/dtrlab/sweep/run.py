@@ -77,7 +77,8 @@ class _RateColumn(ProgressColumn):
         return Text("-- runs/s" if speed is None else f"{speed:.2f} runs/s", style="progress.data.speed")
 
 
-def _progress(console: Console, show: bool) -> Progress:
+def progress_bar(console: Console, show: bool) -> Progress:
+    """The bar of a sweep, and of any other batch of runs: done of total, runs/s, elapsed, ETA."""
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), _RateColumn(), TimeElapsedColumn(), TextColumn("ETA"),
                     TimeRemainingColumn(), console=console, transient=False, disable=not show)
@@ -211,7 +212,7 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
         todo = _todo(specs, opened, timeout_s)
         lost_before = len(getattr(ex, "lost", ()))  # an executor may serve several calls
         if todo:
-            with _progress(err, progress) as bar:
+            with progress_bar(err, progress) as bar:
                 task = bar.add_task(f"sweep ({ex.workers} {ex.name} workers)", total=len(todo))
                 try:
                     with _StopSignals().installed() as stops:

@@ -1,0 +1,138 @@
+"""What the report's churn and mechanisms read of one run of the subject policy, simulated once.
+
+Owns RunFacts (the run's counters, its per-storage counts, its deepest moment and the head of its
+policy-eviction log), their place in the report's memo, and `prefetch`, which simulates the missing
+ones on worker processes with a progress bar. A run that finished or ran out of memory is the same
+run with the overhead cap or without it; a run the cap stopped is replayed with that cap, so its
+facts are of the run as far as the cap let it go. Without the compiled engine there are no facts:
+each consumer then takes its own path (analysis.churn, analysis.mechanism, analysis.divergence).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..analysis.divergence import policy_log
+from ..analysis.mechanism import worst_moment
+from ..sim import cengine
+from ..sim.policies import get_policy
+from ..sim.result import OK, OOM
+from ..sim.runtimes import get_runtime
+from ..sim.simulate import baseline
+from ..trace.lower import Program
+from .memo import memo, stored
+from .plan import RUNTIME, SUBJECT_POLICY
+
+# Policy evictions kept of each run's log: two runs part within their first few dozen on every
+# public trace; a head that ends before they part is run again whole (analysis.divergence).
+HEAD_EVICTIONS = 4096
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """counters: storage_counts' first value (outcome, clock_ns, remat_ns, ...); arrays: its
+    per-storage counts; deepest: worst_moment of the run's event log; head: the first rows of
+    policy_log; policy_evictions: the rows of the whole log; capped: replayed with the cap."""
+
+    counters: dict
+    arrays: dict
+    deepest: dict
+    head: np.ndarray
+    policy_evictions: int
+    capped: bool
+
+    @property
+    def whole(self) -> bool:
+        """Whether `head` is the run's whole policy-eviction log."""
+        return not self.capped and len(self.head) == self.policy_evictions
+
+
+def is_capped(run) -> bool:
+    """Whether the overhead cap stopped the run (anything but a finished or out-of-memory run)."""
+    return run.outcome not in (OK, OOM)
+
+
+def available() -> bool:
+    """Whether runs have facts here: the compiled engine runs the subject policy and runtime."""
+    return cengine.supports(get_policy(SUBJECT_POLICY), get_runtime(RUNTIME))
+
+
+def _key(program: Program, budget_bytes: int, overhead_limit: float | None) -> dict:
+    return {"trace": program.sha256, "budget": int(budget_bytes), "policy": SUBJECT_POLICY,
+            "overhead_limit": overhead_limit}
+
+
+def _simulate(program: Program, budget_bytes: int, overhead_limit: float | None) -> RunFacts:
+    limit = math.inf if overhead_limit is None else baseline(program).compute_ns * (overhead_limit - 1)
+    got = cengine.run_compiled(program, int(budget_bytes), get_policy(SUBJECT_POLICY), get_runtime(RUNTIME),
+                               limit, counts=True, events=True)
+    events, arrays = got.pop("events"), got.pop("storage_counts")
+    log = policy_log(events)
+    return RunFacts(got, arrays, worst_moment(events), np.ascontiguousarray(log[:HEAD_EVICTIONS]), len(log),
+                    overhead_limit is not None)
+
+
+def facts(out: Path, program: Program, run, overhead_limit: float) -> RunFacts | None:
+    """The run's facts (simulated now unless the memo has them), or None without the compiled engine.
+    `run`: a stored run of the subject policy (its budget_bytes and outcome); overhead_limit: the
+    plan's, which stopped the run when it is capped."""
+    if not available():
+        return None
+    limit = overhead_limit if is_capped(run) else None
+    return memo(out, "facts", _key(program, run.budget_bytes, limit),
+                lambda: _simulate(program, run.budget_bytes, limit))
+
+
+# --- simulating many on worker processes ------------------------------------------------------------
+
+_PROGRAMS: dict[str, Program] = {}  # what a forked worker reads its program from
+
+
+def _one(out: str, sha: str, budget_bytes: int, limit: float | None) -> None:
+    program = _PROGRAMS[sha]
+    memo(Path(out), "facts", _key(program, budget_bytes, limit), lambda: _simulate(program, budget_bytes, limit))
+
+
+def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None, bar=None) -> int:
+    """Simulate the facts of every (program, run) of `wanted` the memo lacks, on `workers` processes
+    (forked, so each has the programs; one process, in this one, where fork is not available), each
+    run once; `bar`: a rich Progress to count them on. Returns how many were simulated."""
+    if not available():
+        return 0
+    todo = {}
+    for program, run in wanted:
+        limit = overhead_limit if is_capped(run) else None
+        key = _key(program, run.budget_bytes, limit)
+        if not stored(out, "facts", key):
+            todo[(program.sha256, int(run.budget_bytes), limit)] = program
+    if not todo:
+        return 0
+    task = bar.add_task("runs the analyses read", total=len(todo)) if bar is not None else None
+    workers = min(workers or len(os.sched_getaffinity(0)), len(todo))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for (sha, budget, limit), program in todo.items():
+            _PROGRAMS[sha] = program
+            _one(str(out), sha, budget, limit)
+            if bar is not None:
+                bar.advance(task)
+        _PROGRAMS.clear()
+        return len(todo)
+    _PROGRAMS.update({sha: program for (sha, _, _), program in todo.items()})
+    try:
+        # The longest first: the capped runs thrash up to the cap.
+        order = sorted(todo, key=lambda k: (k[2] is None, -todo[k].n_ops))
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            for done in as_completed([pool.submit(_one, str(out), *k) for k in order]):
+                done.result()
+                if bar is not None:
+                    bar.advance(task)
+    finally:
+        _PROGRAMS.clear()
+    return len(todo)
