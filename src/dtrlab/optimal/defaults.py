@@ -17,6 +17,13 @@ DEFAULT_TIME_LIMIT_S = 600.0
 DEFAULT_GAP = 1e-4  # the overhead gap at which a solve stops: (best - bound) <= gap x the program's compute
 DEFAULT_THREADS = 1
 
+# The heuristics whose runs give the best schedule of a trace too large for the model (optimal.solve's
+# portfolio_best): the DTR authors' policies that run on the default runtime (not random; not the
+# fresh-traversal ones, slow on long traces) and the remedies. A run that ends ok under a budget is a
+# schedule for it and for every larger one.
+PORTFOLIO = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "dtr-ancestors-sq", "dtr-ancestors",
+             "dtr-cost-sq")
+
 # The name a sweep (and its store's policy column) gives the solver: one more maker of results beside
 # the eviction policies (`dtrlab sweep --policy optimal`). No eviction policy may take it.
 OPTIMAL_POLICY = "optimal"  # = sim.policies.SOLVER_NAME (a test holds them equal)
@@ -25,8 +32,9 @@ OPTIMAL_POLICY = "optimal"  # = sim.policies.SOLVER_NAME (a test holds them equa
 @dataclass(frozen=True)
 class SolveSettings:
     """One solve's settings: the solver, its time limit for the whole solve, the gap at which it stops,
-    and whether only the crossing bound is asked for (no model, no schedule: traces too large for it).
-    A sweep row's key holds all four; the solver's threads are one (a sweep runs a solve a core)."""
+    and whether the model is left out (bound_only: the crossing bound and the PORTFOLIO's best schedule,
+    for traces too large for the model). A sweep row's key holds them (and the portfolio, without the
+    model); the solver's threads are one (a sweep runs a solve a core)."""
 
     solver: str = DEFAULT_SOLVER
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
@@ -47,5 +55,8 @@ class SolveSettings:
 
     def key(self) -> dict:
         """What a store key holds of these settings."""
-        return {"solver": self.solver, "time_limit_s": self.time_limit_s, "gap": self.gap,
-                "bound_only": self.bound_only}
+        key = {"solver": self.solver, "time_limit_s": self.time_limit_s, "gap": self.gap,
+               "bound_only": self.bound_only}
+        if self.bound_only:  # its answer is the portfolio's too
+            key["portfolio"] = list(PORTFOLIO)
+        return key

@@ -18,7 +18,8 @@ from ..schedule.check import Replay, check_schedule
 from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
 from .bound import crossing_bound_ns
-from .defaults import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, SOLVERS, SolveSettings
+from .defaults import (DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, PORTFOLIO, SOLVERS,
+                       SolveSettings)
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .warm import start_of_schedule
@@ -26,7 +27,8 @@ from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, SolverRun, solve_cp
 
 
 # What a result is: an exact solve of the stage model (its schedule and its bound), the LP bound alone,
-# or the crossing bound alone (bound.py: for traces too large for the model).
+# or the crossing bound with the portfolio's best schedule (bound.py, portfolio_best: for traces too
+# large for the model).
 EXACT, LP_ONLY, CROSSING_ONLY = "exact", "lp-bound", "crossing-bound"
 
 
@@ -269,29 +271,56 @@ def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_
                          m.n_rows, None, False, 1, 0, None, None)
 
 
-def crossing_bound(program: Program, budget_bytes: int, dtr: bool = True) -> OptimalResult:
-    """bound.py's crossing bound alone (no model, no schedule), with DTR's run at the budget beside it."""
+def portfolio_best(program: Program, budget_bytes: int, say=lambda _msg: None,
+                   policies: tuple[str, ...] = PORTFOLIO) -> tuple[float | None, tuple | None]:
+    """DTR's overhead at this budget (None: it did not end ok), and (recompute ns, schedule, policy,
+    scale) of the cheapest run among `policies` at the budget and at ENVELOPE_SCALES of it that ends ok,
+    or None. Each run is stopped once it costs more than the best so far (it could not be chosen)."""
+    from ..schedule.emit import simulate_schedule
+
+    dtr_overhead = best = None
+    for policy in policies:
+        for scale in (1.0, *ENVELOPE_SCALES):
+            limit = None if best is None else max(1.0, overhead_of(program, best[0]))
+            result, schedule = simulate_schedule(program, int(budget_bytes * scale), policy, overhead_limit=limit)
+            if policy == "dtr" and scale == 1.0:
+                dtr_overhead = result.overhead if result.outcome == "ok" else None
+            if result.outcome == "ok" and (best is None or result.remat_ns < best[0]):
+                best = (result.remat_ns, schedule, policy, scale)
+                say(f"best so far: {policy} at {scale} of the budget ({overhead_of(program, best[0]):.4f}x)")
+    return dtr_overhead, best
+
+
+def crossing_bound(program: Program, budget_bytes: int, say=lambda _msg: None) -> OptimalResult:
+    """Without the model (traces too large for it): bound.py's crossing bound, and the best schedule of
+    the PORTFOLIO of heuristics (portfolio_best) replayed by the schedule checker, DTR's run among them."""
     t0 = time.perf_counter()
     ns = crossing_bound_ns(program, budget_bytes)
-    solve_s = time.perf_counter() - t0
     over = overhead_of(program, ns)
-    dtr_overhead = None
-    if dtr:
-        from ..sim.simulate import simulate
-
-        run = simulate(program, budget_bytes, "dtr")
-        dtr_overhead = run.overhead if run.outcome == "ok" else None
+    dtr_overhead = best = None
+    if ns != math.inf:
+        dtr_overhead, best = portfolio_best(program, budget_bytes, say)
+    replay = overhead = gap = schedule = None
     status = INFEASIBLE if ns == math.inf else UNKNOWN
-    return OptimalResult(program.name, budget_bytes, CROSSING_ONLY, "none", status, None, over, None, over, None,
-                         solve_s, None, 0, 0, dtr_overhead, False, 0, 0, None, None)
+    solver = "none"
+    if best is not None:
+        schedule = best[1]
+        replay = check_schedule(program, schedule, budget_bytes)
+        overhead = replay.overhead
+        gap = max(0.0, (overhead - over) / overhead)
+        status = OPTIMAL if replay.remat_ns <= ns + DEFAULT_GAP * program.compute_ns else FEASIBLE
+        solver = f"portfolio:{best[2]}"
+    return OptimalResult(program.name, budget_bytes, CROSSING_ONLY, solver, status, overhead, over, None, over, gap,
+                         time.perf_counter() - t0, None, 0, 0, dtr_overhead, False, 0, 0, replay, schedule)
 
 
 def solve(program: Program, budget_bytes: int, settings: SolveSettings, *, threads: int = DEFAULT_THREADS,
-          dtr: bool = True, progress: Callable[[str], None] | None = None) -> OptimalResult:
-    """What `settings` ask for at one budget: the crossing bound alone (bound_only; DTR's run beside it
-    unless dtr=False), or the whole solve. `dtrlab optimal` and a sweep's optimal rows both come from here."""
+          progress: Callable[[str], None] | None = None) -> OptimalResult:
+    """What `settings` ask for at one budget: without the model (bound_only: the crossing bound and the
+    portfolio's best schedule), or the whole solve. `dtrlab optimal` and a sweep's optimal rows both
+    come from here."""
     if settings.bound_only:
-        return crossing_bound(program, budget_bytes, dtr=dtr)
+        return crossing_bound(program, budget_bytes, progress or (lambda _msg: None))
     return solve_optimal(program, budget_bytes, solver=settings.solver, time_limit_s=settings.time_limit_s,
                          threads=threads, gap=settings.gap, progress=progress)
 

@@ -75,12 +75,12 @@ def _program(programs: dict, spec: RunSpec):
 
 def _solve(program, spec: RunSpec):
     """The solver's answer at the spec's budget, without its schedule (the row keeps its figures; the
-    schedule itself is `dtrlab optimal --schedule-out`'s). Bound-only rows skip DTR: its own rows say it."""
+    schedule itself is `dtrlab optimal --schedule-out`'s)."""
     from dataclasses import replace
 
     from ..optimal.solve import solve
 
-    return replace(solve(program, spec.budget_bytes, spec.solve, dtr=False), schedule=None)
+    return replace(solve(program, spec.budget_bytes, spec.solve), schedule=None)
 
 
 def _watch_parent(parent_pid: int) -> None:
