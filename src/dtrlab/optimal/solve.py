@@ -148,23 +148,15 @@ def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: 
 ENVELOPE_SCALES = (0.995, 0.99, 0.98, 0.97, 0.95, 0.9)
 
 
-def _dtr_start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
-    """DTR's overhead at this budget (None if it ran out); the schedule of the cheapest of DTR's runs
-    at this budget and at ENVELOPE_SCALES of it that end ok, as a starting solution; and that run's
+def _start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
+    """DTR's overhead at this budget (None if it did not end ok); the schedule of the cheapest run of
+    the portfolio (portfolio_best: DTR's envelope among them) as a starting solution; and that run's
     (recompute ns, schedule), valid under this budget as it stands (None, None when none ends ok)."""
-    from ..schedule.emit import simulate_schedule
-
-    result, schedule = simulate_schedule(program, budget_bytes, "dtr")
-    say(f"DTR: {result.overhead:.4f}x" if result.outcome == "ok" else f"DTR: {result.outcome}")
-    best = (result.remat_ns, schedule, 1.0) if result.outcome == "ok" else None
-    for scale in ENVELOPE_SCALES:
-        smaller, schedule = simulate_schedule(program, int(budget_bytes * scale), "dtr")
-        if smaller.outcome == "ok" and (best is None or smaller.remat_ns < best[0]):
-            best = (smaller.remat_ns, schedule, scale)
-    dtr_overhead = result.overhead if result.outcome == "ok" else None
+    dtr_overhead, best = portfolio_best(program, budget_bytes)
+    say(f"DTR: {dtr_overhead:.4f}x" if dtr_overhead is not None else "DTR: did not end ok")
     if best is None:
         return dtr_overhead, None, None
-    say(f"start: DTR's run at {best[2]} of the budget ({overhead_of(program, best[0]):.4f}x)")
+    say(f"start: {best[2]}'s run at {best[3]} of the budget ({overhead_of(program, best[0]):.4f}x)")
     return dtr_overhead, start_of_schedule(program, g, m, best[1]), best[:2]
 
 
@@ -191,9 +183,9 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         say(f"LP bound {_fmt(overhead_of(program, lp.bound) if lp.status == OPTIMAL else None)} "
             f"in {lp.time_s:.1f} s ({lp.status})")
     abs_gap_ns = gap * program.compute_ns
-    dtr_overhead = start = dtr_run = None
+    dtr_overhead = start = start_run = None
     if warm_start and m.infeasible is None:
-        dtr_overhead, start, dtr_run = _dtr_start(program, g, m, budget_bytes, say)
+        dtr_overhead, start, start_run = _start(program, g, m, budget_bytes, say)
     run = bound_run = None
     schedule = None
     rounds = 0
@@ -202,8 +194,8 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
         if max(peaks) <= budget_bytes:
             fallback = (float(m.col_cost @ start), candidate)
-    if dtr_run is not None and (fallback is None or dtr_run[0] < fallback[0]):
-        fallback = dtr_run  # DTR's own schedule, in its own order: valid as it is (made_by says so)
+    if start_run is not None and (fallback is None or start_run[0] < fallback[0]):
+        fallback = start_run  # the run's own schedule, in its own order: valid as it is (made_by says so)
     n_leading = len(m.r_cols) + len(m.s_cols)  # R and S come first in every refinement of the model
     if m.infeasible is not None or (lp is not None and lp.status == INFEASIBLE):
         run = bound_run = SolverRun(solver, INFEASIBLE, None, None, math.inf, 0.0)
