@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..defaults import REPORT_OVERHEAD_LIMIT
 from ..errors import UsageError
 from ..schedule.check import Replay, check_schedule
 from ..schedule.format import COMPUTE, FREE, Schedule
@@ -267,13 +268,14 @@ def portfolio_best(program: Program, budget_bytes: int, say=lambda _msg: None,
                    policies: tuple[str, ...] = PORTFOLIO) -> tuple[float | None, tuple | None]:
     """DTR's overhead at this budget (None: it did not end ok), and (recompute ns, schedule, policy,
     scale) of the cheapest run among `policies` at the budget and at ENVELOPE_SCALES of it that ends ok,
-    or None. Each run is stopped once it costs more than the best so far (it could not be chosen)."""
+    or None. Each run is stopped once it costs more than the best so far (it could not be chosen), and
+    at the report's overhead cap before there is one (a thrash can run for minutes on a long trace)."""
     from ..schedule.emit import simulate_schedule
 
     dtr_overhead = best = None
     for policy in policies:
         for scale in (1.0, *ENVELOPE_SCALES):
-            limit = None if best is None else max(1.0, overhead_of(program, best[0]))
+            limit = REPORT_OVERHEAD_LIMIT if best is None else max(1.0, overhead_of(program, best[0]))
             result, schedule = simulate_schedule(program, int(budget_bytes * scale), policy, overhead_limit=limit)
             if policy == "dtr" and scale == 1.0:
                 dtr_overhead = result.overhead if result.outcome == "ok" else None
