@@ -297,3 +297,58 @@ def test_an_unknown_planner_is_one_line():
     from dtrlab.errors import UsageError
     with pytest.raises(UsageError, match="planner must be one of dtr, optimal"):
         dtrlab.stage(step, planner="checkmate")
+
+
+def _accumulating(model, opt, x, y):
+    def step():  # no zero_grad: the backward adds to the gradients it finds
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def test_the_previous_gradients_are_let_go_before_the_staged_graph_runs_and_kept_when_read(monkeypatch):
+    """A step that sets its gradients to None before its backward does not read the previous ones:
+    the staged graph does not take them, and they are gone (no reference left) before it runs; the
+    step stays bitwise the eager one. A step that accumulates reads them: they stay inputs."""
+    import weakref
+
+    plain, pm, po = mlp_world(optimizer="sgd")
+    step, sm, so = mlp_world(optimizer="sgd")
+    for first in (plain, step):  # the first step makes the gradients and the momentum
+        torch.manual_seed(5)
+        first()
+    staged = dtrlab.stage(step, costs="unit")
+    graph = staged.plan.graph
+    assert len(graph.dropped) == sum(p.grad is not None for p in sm.parameters()) > 0
+    old = [weakref.ref(p.grad) for p in sm.parameters()]
+    seen = []
+    forward = staged.plan.module.forward
+
+    def run(*inputs):
+        seen.append(sum(r() is not None for r in old))
+        return forward(*inputs)
+    monkeypatch.setattr(staged.plan.module, "forward", run)
+    torch.manual_seed(7)
+    plain_losses = [plain().detach() for _ in range(2)]
+    torch.manual_seed(7)
+    staged_losses = [staged() for _ in range(2)]
+    assert seen[0] == 0  # not one of the previous gradients was alive when the graph ran
+    assert_bitwise(plain_losses, staged_losses)
+    assert_bitwise(snapshot(pm, po), snapshot(sm, so))
+
+    _, am, ao = mlp_world(optimizer="sgd")
+    _, bm, bo = mlp_world(optimizer="sgd")
+    x, y = torch.randn(64, 16), torch.randn(64, 4)
+    a, b = _accumulating(am, ao, x, y), _accumulating(bm, bo, x, y)
+    for first in (a, b):
+        torch.manual_seed(5)
+        first()
+    staged = dtrlab.stage(b, costs="unit")
+    assert staged.plan.graph.dropped == ()
+    torch.manual_seed(3)
+    want = [a().detach() for _ in range(2)]
+    torch.manual_seed(3)
+    assert_bitwise(want, [staged() for _ in range(2)])
+    assert_bitwise(snapshot(am, ao), snapshot(bm, bo))

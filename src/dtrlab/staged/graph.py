@@ -50,6 +50,24 @@ class StepGraph:
     sinks: tuple[tuple, ...]
     ret_spec: Any
     key: tuple  # the state's structure it was traced for (structure_key)
+    # Inputs the graph does not take (indices into the step's arguments then lifted_state): the
+    # previous step's gradients, when the step sets new ones without reading them (zero_grad).
+    dropped: tuple[int, ...] = ()
+
+    def inputs(self, args: tuple, holders: Holders, release: bool = True) -> tuple[list, list]:
+        """(every input, the step's arguments then lifted_state, for write_back; the graph's own).
+        release: a dropped gradient is let go first, its parameter's .grad set to None as the step
+        itself does before it makes a new one, so that it is not held while the graph runs."""
+        every = list(args) + lifted_state(holders)
+        if self.dropped and release:
+            gone = {id(every[k]) for k in self.dropped}
+            for p in _params(holders):
+                if p.grad is not None and id(p.grad) in gone:
+                    p.grad = None
+            for k in self.dropped:
+                every[k] = None
+        dropped = set(self.dropped)
+        return every, [x for k, x in enumerate(every) if k not in dropped]
 
 
 def find_holders(step: Callable, modules=None, optimizers=None) -> Holders:
@@ -338,7 +356,41 @@ def trace_step(step: Callable, holders: Holders, args: tuple = ()) -> StepGraph:
     _refuse_escaped_reads(gm, reads.symbols)
     _clean(fgm, len(inputs))
     _refuse_unlifted(fgm)
-    return StepGraph(fgm, n_args, tuple(sinks), spec_box[0], key)
+    dropped, kept = _drop_unread_grads(fgm, inputs, params, tuple(sinks))
+    return StepGraph(fgm, n_args, kept, spec_box[0], key, dropped)
+
+
+def _drop_unread_grads(gm: torch.fx.GraphModule, inputs: list, params: list, sinks: tuple) -> tuple[tuple, tuple]:
+    """The gradients the step replaces without reading them (a zero_grad that sets them to None, then
+    a backward): each one's input is used only by its own write-back, the value unchanged. They leave
+    the graph (the input and that output), so a staged step does not hold the previous step's
+    gradients while it runs; the caller lets them go (StepGraph.inputs). Returns (the dropped input
+    indices, the sinks left)."""
+    grads = {id(p.grad) for p in params if p.grad is not None}
+    g = gm.graph
+    placeholders = [n for n in g.nodes if n.op == "placeholder"]
+    output = next(n for n in g.nodes if n.op == "output")
+    outs = list(output.args[0])
+    at, i = [], 0  # each sink's output position (a gradient set to None has none)
+    for sink in sinks:
+        at.append(None if sink[0] == GRAD and not sink[2] else i)
+        i += at[-1] is not None
+    dropped, gone = [], set()
+    for j, sink in enumerate(sinks):
+        if sink[0] != INPUT or id(inputs[sink[1]]) not in grads:
+            continue
+        node = placeholders[sink[1]]
+        if list(node.users) == [output] and sum(o is node for o in outs) == 1 and outs[at[j]] is node:
+            dropped.append(sink[1])
+            gone.add(at[j])
+    if not dropped:
+        return (), sinks
+    output.args = ([o for q, o in enumerate(outs) if q not in gone],)
+    for k in dropped:
+        g.erase_node(placeholders[k])
+    g.lint()
+    gm.recompile()
+    return tuple(dropped), tuple(s for s in sinks if not (s[0] == INPUT and s[1] in dropped))
 
 
 def _clean(gm: torch.fx.GraphModule, n_inputs: int) -> None:

@@ -20,7 +20,7 @@ from ..schedule.emit import simulate_schedule
 from ..sim.result import OK
 from ..sim.simulate import baseline, budget_from_ratio, check_budget_bytes
 from ..trace.lower import Program
-from .graph import Holders, StepGraph, find_holders, lifted_state, structure_key, trace_step, write_back
+from .graph import Holders, StepGraph, find_holders, structure_key, trace_step, write_back
 from .lower import GraphMap, lower_graph
 from .measure import MeasuredPeak, measure_peak
 from .rewrite import rewrite
@@ -66,7 +66,7 @@ def plan(step: Callable, holders: Holders, args: tuple, budget_bytes: int | None
     t0 = clock()
     graph = trace_step(step, holders, args)
     t1 = clock()
-    inputs = list(args) + lifted_state(holders)
+    _, inputs = graph.inputs(args, holders, release=False)
     program, gmap = lower_graph(graph.gm, inputs, repeat=repeat,
                                 unit_cost_ns=UNIT_COST_NS if costs == "unit" else None)
     t2 = clock()
@@ -119,19 +119,21 @@ class StagedStep:
 
     def __call__(self, *args):
         p = self._current(args)
-        inputs = list(args) + lifted_state(self.holders)
+        every, inputs = p.graph.inputs(args, self.holders)
         # The graph is the backward already: autograd recording it would keep every value it saves alive.
         with torch.no_grad():
             outs = p.module(*inputs)
-        return write_back(p.graph, inputs, outs)
+        del inputs
+        return write_back(p.graph, every, outs)
 
     def measured(self, *args) -> tuple[Any, MeasuredPeak]:
         """One step run under the peak counter (measure.py): its return value and the real peak."""
         p = self._current(args)
-        inputs = list(args) + lifted_state(self.holders)
+        every, inputs = p.graph.inputs(args, self.holders)
         with torch.no_grad():
             outs, peak = measure_peak(p.module, inputs)
-        return write_back(p.graph, inputs, outs), peak
+        del inputs
+        return write_back(p.graph, every, outs), peak
 
 
 def _solve(program: Program, budget: int | None, time_limit_s: float | None):
