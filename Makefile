@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py src/dtrlab/sim/_cengine.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[dev,capture]'
+	# --no-compile: Python compiles what it imports when it first imports it, not all of torch up front
+	$(PY) -m pip install -q --no-compile -e '.[dev,capture]'
 	touch $(STAMP)
 
 .PHONY: install test test-fast demo bench clean
