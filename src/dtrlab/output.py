@@ -60,3 +60,56 @@ def print_findings(out: Console, table: Any) -> None:
         out.print(table)
     else:
         out.print(f"{table.title or 'findings'}: {NONE_FOUND}")
+
+
+class Ticker:
+    """Items done of a long step that has no bar of its own (total None: not known ahead): a rich
+    bar on a terminal (bar=False: none), and off one (a log) a line at most every PERIOD_S seconds
+    and one at the end, so that no stage is silent for long there either."""
+
+    PERIOD_S = 2.0
+
+    def __init__(self, out: Console, what: str, total: int | None = None, bar: bool = True) -> None:
+        self.out, self.what, self.total = out, what, total
+        self.show_bar, self.lines = bar and out.is_terminal, not out.is_terminal
+        self.done, self.detail, self.bar, self.said = 0, "", None, 0
+
+    def __enter__(self) -> Ticker:
+        import time
+
+        self.start = self.last = time.monotonic()
+        if self.show_bar:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.fields[detail]}"), console=self.out,
+                                transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=self.total, detail="")
+        return self
+
+    def tick(self, detail: str = "") -> None:
+        """One item done; `detail` says which (the next line shows it)."""
+        import time
+
+        self.done += 1
+        self.detail = detail
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, detail=detail)
+        elif self.lines and time.monotonic() - self.last >= self.PERIOD_S:
+            self.last = time.monotonic()
+            self._line()
+
+    def _line(self) -> None:
+        import time
+
+        self.said = self.done
+        of = f"/{self.total}" if self.total is not None else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        self.out.print(f"  {self.what}: {self.done}{of}{detail}, {time.monotonic() - self.start:.0f} s", style="dim")
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        elif self.lines and self.done > self.said and exc[0] is None:
+            self._line()

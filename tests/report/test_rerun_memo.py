@@ -41,7 +41,7 @@ def test_a_rerun_runs_no_live_step_draws_no_figure_and_writes_the_same_bytes(tmp
     save = plots.save
     monkeypatch.setattr(plots, "save", lambda fig, folder, name: (drawn.append(name), save(fig, folder, name))[1])
     section = live.live_section
-    monkeypatch.setattr(live, "live_section", lambda: (lived.append(1), section())[1])
+    monkeypatch.setattr(live, "live_section", lambda tick: (lived.append(1), section(tick))[1])
     again = _run(out)
     assert again.new_runs == 0 and drawn == [] and lived == []
     assert again.live == first.live

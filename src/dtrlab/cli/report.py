@@ -82,7 +82,7 @@ def reproduce_cmd(
     if not overhead_limit > 1:
         raise UsageError(f"--overhead-limit must exceed 1, got {overhead_limit}")
     repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
-                      progress=err.is_terminal, policies=extra, optimal=settings, overhead_limit=overhead_limit,
+                      progress=True, policies=extra, optimal=settings, overhead_limit=overhead_limit,
                       seed=seed, engine=engine.value)
     if as_json:
         print_json({"report": str(repro.out_dir / "report.html"), "new_runs": repro.new_runs,

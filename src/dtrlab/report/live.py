@@ -65,9 +65,16 @@ def decided_by() -> dict:
             "host": platform.node(), "machine": platform.machine(), "python": platform.python_version()}
 
 
-def live_section() -> LiveSection:
+def live_runs() -> int:
+    """How many live steps live_section runs (with torch)."""
+    from ..capture.zoo import ZOO
+
+    return len(ZOO) * (len(LIVE_RATIOS) + 1)
+
+
+def live_section(tick=lambda _what: None) -> LiveSection:
     """Every zoo model at its small sizes, captured, then run live at LIVE_RATIOS (logical) and MEASURED_RATIO
-    (measured) with LIVE_POLICY; torch seeded with 0 before each model is made."""
+    (measured) with LIVE_POLICY; torch seeded with 0 before each model is made; tick(what) after each step."""
     try:
         import torch
     except ModuleNotFoundError:
@@ -92,6 +99,7 @@ def live_section() -> LiveSection:
             budget = budget_from_ratio(program, ratio)
             live = live_step(step, budget, LIVE_POLICY, clock, 0, "cpu", plan)
             sim = simulate_plan(program, budget, LIVE_POLICY, 0)
+            tick(f"{name} at {ratio:g}, {clock} clock")
             rows.append(LiveRow(name, clock, ratio, budget, live.outcome, sim.outcome, live.evictions,
                                 sim.evictions, live.remats, sim.remats, live.overhead, sim.overhead,
                                 same_decisions(live, sim), live.evicted == sim.evicted, live.wall_s / plain_s))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from ..analysis.churn import storage_counts
 from ..analysis.divergence import diverge
@@ -90,18 +91,31 @@ def runs_read(found: dict, by_name: dict) -> list[tuple]:
             for _, ref, bad, _ in pairs_of(curve.switches, curve.inversions) for run in (ref, bad)]
 
 
-def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan) -> tuple[Signature, ...]:
-    """The Signature of every switch and inversion of the subject policy's curves, trace by trace."""
+def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan,
+                  tick: Callable[[str], None] = lambda _: None) -> tuple[Signature, ...]:
+    """The Signature of every switch and inversion of the subject policy's curves, trace by trace;
+    tick(what) after each."""
     sigs: list[Signature] = []
     for (trace, policy), curve in sorted(found.items()):
         if policy != SUBJECT_POLICY:
             continue
         program = by_name[trace]
-        sigs += mechanisms(program, pairs_of(curve.switches, curve.inversions), SUBJECT_POLICY, RUNTIME,
+
+        def ticked(pairs, trace=trace):
+            for pair in pairs:
+                yield pair
+                tick(f"{trace} {pair[0]} at {pair[2].label}")
+        sigs += mechanisms(program, ticked(pairs_of(curve.switches, curve.inversions)), SUBJECT_POLICY, RUNTIME,
                            counts=lambda run, p=program: _counts(out, p, run, plan),
                            explain=_explained(out, ooms, program), divergence=_divergence(out, program, plan),
                            deepest=_deepest(out, program, plan))
     return tuple(sigs)
+
+
+def pair_count(found: dict) -> int:
+    """How many switches and inversions mechanisms_of measures."""
+    return sum(len(curve.switches) + len(curve.inversions) for (_, policy), curve in found.items()
+               if policy == SUBJECT_POLICY)
 
 
 def mechanism_counts(repro) -> dict[str, dict[str, int]]:

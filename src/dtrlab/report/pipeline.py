@@ -25,19 +25,20 @@ from ..analysis.scan import Budget
 from ..capture.peakgap import PeakGap, peak_gaps
 from ..errors import UsageError
 from ..optimal.defaults import SolveSettings
+from ..output import Ticker
 from ..output import console as _console
 from ..sim.instruments import Instruments
 from ..sim.policies import ablation_policies
 from ..sim.result import OOM
 from ..sim.simulate import baseline, simulate
 from ..sweep.grid import RunSpec, build_specs, ratio_literal
-from ..sweep.run import SweepSummary, progress_bar, run_sweep
+from ..sweep.run import SweepSummary, run_sweep
 from ..sweep.store import Store, export
 from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
 from .leaderboard import Leaderboard
-from .mechanisms import mechanisms_of, runs_read
+from .mechanisms import mechanisms_of, pair_count, runs_read
 from .memo import code_digest, memo
 from .refine import refine_to_fine
 from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
@@ -175,9 +176,13 @@ STAGES = ("reading traces", "coarse curves", "fine scans around every switch and
 class _Stages:
     """Rich output of the job: a numbered line per stage (of STAGES) and the time each took."""
 
-    def __init__(self, console: Console, names: tuple[str, ...] = STAGES) -> None:
-        self.console, self.names = console, names
+    def __init__(self, console: Console, names: tuple[str, ...] = STAGES, progress: bool = True) -> None:
+        self.console, self.names, self.progress = console, names, progress
         self.timings: dict[str, float] = {}
+
+    def ticker(self, what: str, total: int | None = None) -> Ticker:
+        """Progress inside a stage with no bar of its own (output.Ticker)."""
+        return Ticker(self.console, what, total, self.progress)
 
     @contextlib.contextmanager
     def stage(self, name: str, detail: str = ""):
@@ -229,7 +234,7 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a folder")
     t_start = time.perf_counter()
-    stages = _Stages(console)
+    stages = _Stages(console, progress=progress)
     with trace_source(source) as (path, label):
         with stages.stage("reading traces"):
             programs, left_out = _programs(path, plan)  # a bad trace fails here, before the folder is made
@@ -321,8 +326,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         with stages.stage("churn of every neighbouring fine switch", " (simulating the runs it and the mechanisms read)"):
             survey = _pair_survey(found, plan, pair)
             wanted = [(by_name[t], run) for t, sw in survey for run in (sw.fast, sw.slow)]
-            with progress_bar(stages.console, progress) as bar:
-                prefetch(out, wanted + runs_read(found, by_name), plan.overhead_limit, workers, bar)
+            with stages.ticker("runs the analyses read") as ticker:
+                prefetch(out, wanted + runs_read(found, by_name), plan.overhead_limit, workers, ticker.tick)
             pairs = _pair_churn(out, survey, by_name, plan)
         board = None
         with stages.stage("leaderboard of the policies"):
@@ -333,7 +338,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                                           sum(bool(plan.window(p)) for p in programs))
                 frame = pd.concat([frame, store.rows(s.key for s in new)], ignore_index=True)
         with stages.stage("mechanism of every switch and inversion"):
-            mechs = mechanisms_of(out, found, by_name, ooms, plan)
+            with stages.ticker("switches and inversions", pair_count(found)) as ticker:
+                mechs = mechanisms_of(out, found, by_name, ooms, plan, ticker.tick)
         with stages.stage("optimal baselines: the solver's best schedules and bounds (solved with --optimal)"):
             if optimal is not None:
                 beside = dtr_specs(path, programs, plan, **limit)
@@ -352,13 +358,17 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     with stages.stage("timelines of the focus switch and an out-of-memory"):
         from .timelines import write_timelines
 
-        written = write_timelines(out, by_name, focus, ooms, plan.engine)
+        with stages.ticker("timelines") as ticker:
+            written = write_timelines(out, by_name, focus, ooms, plan.engine, ticker.tick)
     live = None
     with stages.stage("live runs: the zoo's steps under budgets in PyTorch (with torch)"):
         if plan.live:
-            from .live import decided_by, live_section
+            from .live import decided_by, live_runs, live_section
 
-            live = memo(out, "live", {**decided_by(), "code": code_digest()}, live_section)
+            def run_live():
+                with stages.ticker("live steps", live_runs()) as ticker:
+                    return live_section(ticker.tick)
+            live = memo(out, "live", {**decided_by(), "code": code_digest()}, run_live)
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
                          study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs,
                          new_solves=new_solves, peaks=peaks,
@@ -367,7 +377,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         repro = replace(repro, claims=tuple(evaluate(repro)), beside=tuple(beside_claims(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):
         export(out / STORE_NAME, "parquet", out / "results.parquet")
-        repro = replace(repro, figures=write_all(repro))
+        with stages.ticker("figures") as ticker:
+            repro = replace(repro, figures=write_all(repro, ticker.tick))
     return repro
 
 

@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -100,10 +101,11 @@ def _one(out: str, sha: str, budget_bytes: int, limit: float | None) -> None:
     memo(Path(out), "facts", _key(program, budget_bytes, limit), lambda: _simulate(program, budget_bytes, limit))
 
 
-def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None, bar=None) -> int:
+def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None,
+             tick: Callable[[str], None] = lambda _what: None) -> int:
     """Simulate the facts of every (program, run) of `wanted` the memo lacks, on `workers` processes
     (forked, so each has the programs; one process, in this one, where fork is not available), each
-    run once; `bar`: a rich Progress to count them on. Returns how many were simulated."""
+    run once; tick(what) after each. Returns how many were simulated."""
     if not available():
         return 0
     todo = {}
@@ -114,14 +116,16 @@ def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None, bar=
             todo[(program.sha256, int(run.budget_bytes), limit)] = program
     if not todo:
         return 0
-    task = bar.add_task("runs the analyses read", total=len(todo)) if bar is not None else None
+    names = {program.sha256: program.name for program in todo.values()}
+
+    def said(key) -> str:
+        return f"{names[key[0]]} at {key[1]:,} B" + (" (capped)" if key[2] is not None else "")
     workers = min(workers or len(os.sched_getaffinity(0)), len(todo))
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         for (sha, budget, limit), program in todo.items():
             _PROGRAMS[sha] = program
             _one(str(out), sha, budget, limit)
-            if bar is not None:
-                bar.advance(task)
+            tick(said((sha, budget, limit)))
         _PROGRAMS.clear()
         return len(todo)
     _PROGRAMS.update({sha: program for (sha, _, _), program in todo.items()})
@@ -129,10 +133,10 @@ def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None, bar=
         # The longest first: the capped runs thrash up to the cap.
         order = sorted(todo, key=lambda k: (k[2] is None, -todo[k].n_ops))
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for done in as_completed([pool.submit(_one, str(out), *k) for k in order]):
+            futures = {pool.submit(_one, str(out), *k): k for k in order}
+            for done in as_completed(futures):
                 done.result()
-                if bar is not None:
-                    bar.advance(task)
+                tick(said(futures[done]))
     finally:
         _PROGRAMS.clear()
     return len(todo)

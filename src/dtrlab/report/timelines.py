@@ -74,9 +74,11 @@ def _write_run(out: Path, program, budget: Budget, what: str, stem: str, engine:
     return files, series
 
 
-def write_timelines(out: Path, by_name: dict, focus, ooms: tuple, engine: str = "auto") -> Timelines:
+def write_timelines(out: Path, by_name: dict, focus, ooms: tuple, engine: str = "auto",
+                    tick=lambda _what: None) -> Timelines:
     """The timelines of the focus switch's two runs (the study's pair when it is there) and of one
-    OOM (the study's ResNet-32 first, at its smallest explained budget), written under out/timelines."""
+    OOM (the study's ResNet-32 first, at its smallest explained budget), written under out/timelines;
+    tick(what) after each run."""
     files: list[TimelineFile] = []
     fast = slow = None
     trace = None
@@ -87,6 +89,7 @@ def write_timelines(out: Path, by_name: dict, focus, ooms: tuple, engine: str = 
             got, s = _write_run(out, program, Budget(run.ratio, run.budget_bytes),
                                 f"{focus.trace} at {run.label} ({side} run of the switch)",
                                 f"{focus.trace}-{run.label}-{SUBJECT_POLICY}", engine, f"ratio {run.label}")
+            tick(f"{focus.trace} at {run.label}")
             files += got
             fast, slow = (s, slow) if side == "fast" else (fast, s)
     cases = [c for c in ooms if c.policy == SUBJECT_POLICY]
@@ -97,6 +100,7 @@ def write_timelines(out: Path, by_name: dict, focus, ooms: tuple, engine: str = 
         budget = Budget(c.ratio, c.report.budget_bytes)
         got, _ = _write_run(out, program, budget, f"{c.trace} at {budget.label} (out of memory)",
                             f"{c.trace}-{budget.label}-{SUBJECT_POLICY}-oom", engine)
+        tick(f"{c.trace} at {budget.label}")
         files += got
     return Timelines(tuple(files), trace, fast, slow)
 

@@ -71,14 +71,16 @@ class _Drawn:
         os.replace(partial, self.folder / self.FILE)
 
 
-def _figures(repro) -> dict[str, dict]:
-    """name -> {png, svg, caption}; drawn from the reproduction, nothing simulated here."""
+def _figures(repro, tick=lambda _what: None) -> dict[str, dict]:
+    """name -> {png, svg, caption}; drawn from the reproduction, nothing simulated here; tick(name)
+    after each."""
     drawn = _Drawn(repro.out_dir / "figures")
     out: dict[str, dict] = {}
 
     def keep(name, caption, draw, *args):
         png, svg = drawn.files(name, draw, args)
         out[name] = {"png": png, "svg": svg, "caption": caption}
+        tick(name)
 
     paper = set(repro.plan.policies)
     for info in repro.traces:
@@ -167,8 +169,9 @@ def new_runs_line(repro) -> str:
     return f"{repro.new_runs:,} new runs, {len(repro.frame) - repro.new_runs:,} from the store{solves}"
 
 
-def write_all(repro) -> dict:
-    figures = _figures(repro)
+def write_all(repro, tick=lambda _what: None) -> dict:
+    """The figures (tick(name) after each), report.html and summary.md."""
+    figures = _figures(repro, tick)
     (repro.out_dir / "report.html").write_text(render_html(repro, figures), encoding="utf-8")
     (repro.out_dir / "summary.md").write_text(render_markdown(repro, figures), encoding="utf-8")
     return figures

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from ..errors import UsageError
 from ..formats import overhead_text
-from ..output import console
+from ..output import Ticker, console
 from ..sim.policies import get_policy, is_import_path
 from ..sim.result import OK, OOM, REMAT_LIMIT, TIMEOUT
 from ..sim.simulate import budget_from_ratio
@@ -77,11 +77,16 @@ class _RateColumn(ProgressColumn):
         return Text("-- runs/s" if speed is None else f"{speed:.2f} runs/s", style="progress.data.speed")
 
 
-def progress_bar(console: Console, show: bool) -> Progress:
-    """The bar of a sweep, and of any other batch of runs: done of total, runs/s, elapsed, ETA."""
+def _progress(console: Console, show: bool) -> Progress:
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), _RateColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                    TimeRemainingColumn(), console=console, transient=False, disable=not show)
+                    TimeRemainingColumn(), console=console, transient=False,
+                    disable=not (show and console.is_terminal))  # a log gets output.Ticker's lines
+
+
+def _which(spec: RunSpec) -> str:
+    at = f"{spec.ratio:g}" if spec.ratio is not None else f"{spec.budget_bytes:,} B"
+    return f"{spec.trace} {spec.policy} at {at}"
 
 
 def _todo(specs: Sequence[RunSpec], store: Store, timeout_s: float | None) -> list[RunSpec]:
@@ -212,8 +217,9 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
         todo = _todo(specs, opened, timeout_s)
         lost_before = len(getattr(ex, "lost", ()))  # an executor may serve several calls
         if todo:
-            with progress_bar(err, progress) as bar:
-                task = bar.add_task(f"sweep ({ex.workers} {ex.name} workers)", total=len(todo))
+            what = f"sweep ({ex.workers} {ex.name} workers)"
+            with _progress(err, progress) as bar, Ticker(err, what, len(todo), bar=False) as lines:
+                task = bar.add_task(what, total=len(todo))
                 try:
                     with _StopSignals().installed() as stops:
                         for done in ex.run(todo, timeout_s):
@@ -221,6 +227,8 @@ def run_sweep(specs: Iterable[RunSpec], store: Store | str | os.PathLike, execut
                                 opened.put(done.spec, done.result, done.wall_s, timeout_s=timeout_s)
                                 finished.add(done.spec.key)
                             bar.advance(task)
+                            if progress:
+                                lines.tick(_which(done.spec))
                 except _Stopped as stop:
                     stop_signal = stop.signum
                 except KeyboardInterrupt:
