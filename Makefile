@@ -1,5 +1,8 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
 PYTHON ?= python3
+# Python compiles what it imports once and keeps it (pip installs without compiling: --no-compile),
+# even where the environment says not to write bytecode.
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
