@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..analysis.churn import storage_counts
 from ..analysis.divergence import diverge
 from ..analysis.oom import explain_oom
 from ..analysis.mechanism import (KINDS, Signature, counts_table, event_log, evictions_of, mechanisms, pairs_of,
@@ -20,16 +19,11 @@ from ..analysis.scan import Budget
 from ..errors import UsageError
 from .memo import memo
 from .plan import RUNTIME, SUBJECT_POLICY, Plan
-from .runfacts import facts, is_capped
+from .runfacts import counts_of, facts, is_capped
 
 
 def _counts(out: Path, program, run, plan: Plan):
-    got = facts(out, program, run, plan.overhead_limit)
-    if got is not None:
-        return evictions_of(got.arrays)
-    limit = plan.overhead_limit if is_capped(run) else None
-    _, arrays = storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, limit)
-    return evictions_of(arrays)
+    return evictions_of(counts_of(out, program, run, plan.overhead_limit))
 
 
 def _explained(out: Path, ooms, program):

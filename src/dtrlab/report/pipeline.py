@@ -42,7 +42,7 @@ from .mechanisms import mechanisms_of, pair_count, runs_read
 from .memo import code_digest, memo
 from .refine import refine_to_fine
 from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
-from .runfacts import facts, prefetch
+from .runfacts import counts_of, prefetch
 from .study import SHIPPED, STUDY_TRACES
 
 if TYPE_CHECKING:
@@ -429,11 +429,7 @@ def _pair_survey(found: dict, plan: Plan, pair: StudyPair | None) -> list[tuple[
 def _pair_churn(out: Path, survey: list[tuple[str, Switch]], by_name: dict, plan: Plan) -> tuple[PairChurn, ...]:
     """Each switch of the survey with all-eviction churn figures (from the runs' facts)."""
     def evicted(program: Program, run) -> np.ndarray:
-        got = facts(out, program, run, plan.overhead_limit)
-        if got is not None:
-            arrays = got.arrays
-        else:
-            _, arrays = storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME)
+        arrays = counts_of(out, program, run, plan.overhead_limit)
         return arrays["policy_evictions"] + arrays["eager_evictions"]
 
     pairs = []

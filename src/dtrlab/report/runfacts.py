@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..analysis.churn import storage_counts
 from ..analysis.divergence import policy_log
 from ..analysis.mechanism import worst_moment
 from ..sim import cengine
@@ -89,6 +90,16 @@ def facts(out: Path, program: Program, run, overhead_limit: float) -> RunFacts |
     limit = overhead_limit if is_capped(run) else None
     return memo(out, "facts", _key(program, run.budget_bytes, limit),
                 lambda: _simulate(program, run.budget_bytes, limit))
+
+
+def counts_of(out: Path, program: Program, run, overhead_limit: float) -> dict:
+    """The run's per-storage counts (storage_counts' arrays): its facts', or without the compiled
+    engine a run of the Python engine (with the cap, for a capped run)."""
+    got = facts(out, program, run, overhead_limit)
+    if got is not None:
+        return got.arrays
+    limit = overhead_limit if is_capped(run) else None
+    return storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, limit)[1]
 
 
 # --- simulating many on worker processes ------------------------------------------------------------
