@@ -104,7 +104,11 @@ def counts_of(out: Path, program: Program, run, overhead_limit: float) -> dict:
 
 # --- simulating many on worker processes ------------------------------------------------------------
 
-_PROGRAMS: dict[str, Program] = {}  # what a forked worker reads its program from
+_PROGRAMS: dict[str, Program] = {}  # a worker's programs, by sha256 (given once, at its start)
+
+
+def _init(programs: dict[str, Program]) -> None:
+    _PROGRAMS.update(programs)
 
 
 def _one(out: str, sha: str, budget_bytes: int, limit: float | None) -> None:
@@ -114,9 +118,10 @@ def _one(out: str, sha: str, budget_bytes: int, limit: float | None) -> None:
 
 def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None,
              tick: Callable[[str], None] = lambda _what: None) -> int:
-    """Simulate the facts of every (program, run) of `wanted` the memo lacks, on `workers` processes
-    (forked, so each has the programs; one process, in this one, where fork is not available), each
-    run once; tick(what) after each. Returns how many were simulated."""
+    """Simulate the facts of every (program, run) of `wanted` the memo lacks, each run once, on
+    `workers` fresh processes (spawned, not forked: this process holds the store's threads and the
+    progress bar's), or in this one for one worker; tick(what) after each. Returns how many were
+    simulated."""
     if not available():
         return 0
     todo = {}
@@ -127,27 +132,26 @@ def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None,
             todo[(program.sha256, int(run.budget_bytes), limit)] = program
     if not todo:
         return 0
-    names = {program.sha256: program.name for program in todo.values()}
+    programs = {sha: program for (sha, _, _), program in todo.items()}
 
     def said(key) -> str:
-        return f"{names[key[0]]} at {key[1]:,} B" + (" (capped)" if key[2] is not None else "")
+        return f"{programs[key[0]].name} at {key[1]:,} B" + (" (capped)" if key[2] is not None else "")
     workers = min(workers or len(os.sched_getaffinity(0)), len(todo))
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        for (sha, budget, limit), program in todo.items():
-            _PROGRAMS[sha] = program
-            _one(str(out), sha, budget, limit)
-            tick(said((sha, budget, limit)))
-        _PROGRAMS.clear()
+    if workers <= 1:
+        _init(programs)
+        try:
+            for key in todo:
+                _one(str(out), *key)
+                tick(said(key))
+        finally:
+            _PROGRAMS.clear()
         return len(todo)
-    _PROGRAMS.update({sha: program for (sha, _, _), program in todo.items()})
-    try:
-        # The longest first: the capped runs thrash up to the cap.
-        order = sorted(todo, key=lambda k: (k[2] is None, -todo[k].n_ops))
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(_one, str(out), *k): k for k in order}
-            for done in as_completed(futures):
-                done.result()
-                tick(said(futures[done]))
-    finally:
-        _PROGRAMS.clear()
+    # The longest first: the capped runs thrash up to the cap.
+    order = sorted(todo, key=lambda k: (k[2] is None, -todo[k].n_ops))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
+                             initargs=(programs,)) as pool:
+        futures = {pool.submit(_one, str(out), *k): k for k in order}
+        for done in as_completed(futures):
+            done.result()
+            tick(said(futures[done]))
     return len(todo)
