@@ -35,11 +35,12 @@ def assert_engines_agree(program, ratio, overhead_limit=None):
 def test_a_seq_256_lstm_runs_compiled_and_equals_the_python_engine():
     program = captured_lstm(256)
     assert int(program.op_n_out.max()) >= 256  # the unbind of the sequence
-    assert simulate(program, budget_from_ratio(program, 1.0), "dtr").engine == "c"
-    # the Python engine needs about 1 s an eviction here (a pool scan of ~1,000 e* scores): ten
-    # evictions are enough to compare (0.997)
-    runs = [assert_engines_agree(program, ratio) for ratio in (1.0, 0.997)]
-    assert runs[0]["evictions"] == 0 < runs[1]["evictions"]
+    unbounded = simulate(program, budget_from_ratio(program, 1.0), "dtr")
+    assert unbounded.engine == "c" and unbounded.evictions == 0
+    # the Python engine needs about 10 s for the whole step here and about 1 s an eviction (a pool
+    # scan of ~1,000 e* scores): one ratio with a few evictions compares the whole run (0.999: 4)
+    run = assert_engines_agree(program, 0.999)
+    assert run["evictions"] > 0 and run["outcome"] == "ok"
 
 
 @pytest.mark.slow
