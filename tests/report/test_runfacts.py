@@ -50,6 +50,7 @@ def test_facts_from_workers_are_the_runs_own_and_simulated_once(tmp_path, monkey
         assert got.deepest == worst_moment(events)
         assert got.policy_evictions == len(log) and np.array_equal(got.head, log[:runfacts.HEAD_EVICTIONS])
         assert got.capped == (limit is not None)
-        assert got.whole == (limit is None and len(log) <= runfacts.HEAD_EVICTIONS)
+        whole = not got.capped and len(got.head) == got.policy_evictions  # the head is the whole log
+        assert whole == (limit is None and len(log) <= runfacts.HEAD_EVICTIONS)
         heads.append(len(log) > runfacts.HEAD_EVICTIONS)
     assert any(heads)  # the thrash's log is longer than its head

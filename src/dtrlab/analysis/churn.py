@@ -5,7 +5,6 @@ Owns Churn and compare_runs; per-storage counts come from the compiled engine (t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +12,7 @@ import numpy as np
 from ..sim.policies import DEFAULT_POLICY, get_policy
 from ..sim.result import run_overhead
 from ..sim.runtimes import DEFAULT_RUNTIME, get_runtime
-from ..sim.simulate import baseline, simulate
+from ..sim.simulate import baseline, remat_limit_ns, simulate
 from ..sim import cengine
 from ..trace.lower import Program
 from .scan import Budget
@@ -104,8 +103,8 @@ def storage_counts(program: Program, budget_bytes: int, policy: str, runtime: st
     overhead_limit stops the run as simulate's does (a stored remat_limit run is replayed alike)."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     if engine != "python" and cengine.supports(pol, rt, program):
-        limit = math.inf if overhead_limit is None else baseline(program).compute_ns * (overhead_limit - 1)
-        out = cengine.run_compiled(program, budget_bytes, pol, rt, limit, seed, counts=True)
+        out = cengine.run_compiled(program, budget_bytes, pol, rt, remat_limit_ns(program, overhead_limit), seed,
+                                   counts=True)
         return out, out.pop("storage_counts")
     from ..sim.instruments import Instruments
 

@@ -142,29 +142,31 @@ def _parting(la: np.ndarray, lb: np.ndarray, whole: tuple[bool, bool]) -> tuple[
 
 def diverge(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
             runtime: str = DEFAULT_RUNTIME, engine: str = "auto", seed: int = 0,
-            logs: tuple = (None, None), whole: tuple[bool, bool] = (True, True)) -> Divergence:
+            logs: tuple = (None, None), totals: tuple = (None, None)) -> Divergence:
     """The first policy eviction where runs a and b differ, and the score terms there; `engine`
     runs the two logs (simulate's choice), the terms always come from the Python engine. logs: the
-    runs' policy_log where the caller has them (None: run it, whole and unbounded); whole: False for
-    a given log that is only a prefix of its run's (a run the overhead cap stopped). A prefix is run
-    whole only when the parting is not inside it."""
+    runs' policy_log, or its first rows, where the caller has them (None: run it, whole and
+    unbounded); totals: the rows of each given log's whole run where known (None: not known, as of
+    a run the overhead cap stopped). A log shorter than its total is run whole only when the
+    parting is not inside it."""
     pol, rt = get_policy(policy), get_runtime(runtime)
     check_compatible(pol, rt)
     if pol.score is None:
         raise UsageError(f"policy {pol.name} chooses at random: there are no score terms to compare")
-    given = [(log, ok) if log is not None else (None, True) for log, ok in zip(logs, whole)]
-    decided = False
-    while not decided:
-        la, lb = (log if log is not None else _policy_log(program, x.budget_bytes, pol, rt, engine, seed)
-                  for x, (log, _) in zip((a, b), given))
-        flags = (given[0][1], given[1][1])
-        decided, k = _parting(la, lb, flags)
-        given = [(log, True) if ok else (None, True) for log, ok in zip((la, lb), flags)]
-    counts = [len(log) if ok else None for log, ok in zip((la, lb), flags)]
+
+    def whole(x: Budget) -> tuple:
+        log = _policy_log(program, x.budget_bytes, pol, rt, engine, seed)
+        return log, len(log)
+    sides = [whole(x) if log is None else (log, total) for x, log, total in zip((a, b), logs, totals)]
+    decided, k = _parting(sides[0][0], sides[1][0], tuple(t == len(log) for log, t in sides))
+    if not decided:  # a head ends before the runs are seen to part
+        sides = [(log, t) if t == len(log) else whole(x) for x, (log, t) in zip((a, b), sides)]
+        _, k = _parting(sides[0][0], sides[1][0], (True, True))
+    (la, ta), (lb, tb) = sides
     if k is None:
-        return Divergence(None, *counts, None, None)
+        return Divergence(None, ta, tb, None, None)
     cands = sorted({int(log[k, 1]) for log in (la, lb) if k < len(log)})
     roots = program.storage_root
     names = {s: program.tensor_names[int(roots[s])] for s in cands}
-    return Divergence(k, *counts, _look(program, a, pol, rt, k, cands, names, seed),
+    return Divergence(k, ta, tb, _look(program, a, pol, rt, k, cands, names, seed),
                       _look(program, b, pol, rt, k, cands, names, seed))

@@ -7,7 +7,6 @@ Owns which runs the section measures and where each figure is taken from; the ru
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -52,13 +51,9 @@ def _divergence(out: Path, program, plan: Plan):
 
         def compute():
             sides = [facts(out, program, run, plan.overhead_limit) for run in (a, b)]
-            d = diverge(program, Budget(a.ratio, a.budget_bytes), Budget(b.ratio, b.budget_bytes), SUBJECT_POLICY,
-                        RUNTIME, logs=tuple(None if f is None else f.head for f in sides),
-                        whole=tuple(f is None or f.whole for f in sides))
-            # a head that held the parting stands for its whole log, whose length the facts know
-            known = [None if f is None or f.capped else f.policy_evictions for f in sides]
-            return replace(d, evictions_a=d.evictions_a if d.evictions_a is not None else known[0],
-                           evictions_b=d.evictions_b if d.evictions_b is not None else known[1])
+            return diverge(program, Budget(a.ratio, a.budget_bytes), Budget(b.ratio, b.budget_bytes), SUBJECT_POLICY,
+                           RUNTIME, logs=tuple(None if f is None else f.head for f in sides),
+                           totals=tuple(None if f is None or f.capped else f.policy_evictions for f in sides))
         try:
             return memo(out, "divergence", key, compute)
         except UsageError:  # no compiled engine: the divergence needs its eviction log

@@ -10,7 +10,6 @@ each consumer then takes its own path (analysis.churn, analysis.mechanism, analy
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -27,7 +26,7 @@ from ..sim import cengine
 from ..sim.policies import get_policy
 from ..sim.result import OK, OOM
 from ..sim.runtimes import get_runtime
-from ..sim.simulate import baseline
+from ..sim.simulate import remat_limit_ns
 from ..trace.lower import Program
 from .memo import memo, stored
 from .plan import RUNTIME, SUBJECT_POLICY
@@ -50,11 +49,6 @@ class RunFacts:
     policy_evictions: int
     capped: bool
 
-    @property
-    def whole(self) -> bool:
-        """Whether `head` is the run's whole policy-eviction log."""
-        return not self.capped and len(self.head) == self.policy_evictions
-
 
 def is_capped(run) -> bool:
     """Whether the overhead cap stopped the run (anything but a finished or out-of-memory run)."""
@@ -66,15 +60,19 @@ def available() -> bool:
     return cengine.supports(get_policy(SUBJECT_POLICY), get_runtime(RUNTIME))
 
 
+def _cap(run, overhead_limit: float) -> float | None:
+    """The cap a stored run is replayed with: the plan's for a capped run, none for the others."""
+    return overhead_limit if is_capped(run) else None
+
+
 def _key(program: Program, budget_bytes: int, overhead_limit: float | None) -> dict:
     return {"trace": program.sha256, "budget": int(budget_bytes), "policy": SUBJECT_POLICY,
             "overhead_limit": overhead_limit}
 
 
 def _simulate(program: Program, budget_bytes: int, overhead_limit: float | None) -> RunFacts:
-    limit = math.inf if overhead_limit is None else baseline(program).compute_ns * (overhead_limit - 1)
     got = cengine.run_compiled(program, int(budget_bytes), get_policy(SUBJECT_POLICY), get_runtime(RUNTIME),
-                               limit, counts=True, events=True)
+                               remat_limit_ns(program, overhead_limit), counts=True, events=True)
     events, arrays = got.pop("events"), got.pop("storage_counts")
     log = policy_log(events)
     return RunFacts(got, arrays, worst_moment(events), np.ascontiguousarray(log[:HEAD_EVICTIONS]), len(log),
@@ -87,9 +85,11 @@ def facts(out: Path, program: Program, run, overhead_limit: float) -> RunFacts |
     plan's, which stopped the run when it is capped."""
     if not available():
         return None
-    limit = overhead_limit if is_capped(run) else None
-    return memo(out, "facts", _key(program, run.budget_bytes, limit),
-                lambda: _simulate(program, run.budget_bytes, limit))
+    return _memo(out, program, run.budget_bytes, _cap(run, overhead_limit))
+
+
+def _memo(out: Path, program: Program, budget_bytes: int, limit: float | None) -> RunFacts:
+    return memo(out, "facts", _key(program, budget_bytes, limit), lambda: _simulate(program, budget_bytes, limit))
 
 
 def counts_of(out: Path, program: Program, run, overhead_limit: float) -> dict:
@@ -98,8 +98,7 @@ def counts_of(out: Path, program: Program, run, overhead_limit: float) -> dict:
     got = facts(out, program, run, overhead_limit)
     if got is not None:
         return got.arrays
-    limit = overhead_limit if is_capped(run) else None
-    return storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, limit)[1]
+    return storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, _cap(run, overhead_limit))[1]
 
 
 # --- simulating many on worker processes ------------------------------------------------------------
@@ -112,8 +111,7 @@ def _init(programs: dict[str, Program]) -> None:
 
 
 def _one(out: str, sha: str, budget_bytes: int, limit: float | None) -> None:
-    program = _PROGRAMS[sha]
-    memo(Path(out), "facts", _key(program, budget_bytes, limit), lambda: _simulate(program, budget_bytes, limit))
+    _memo(Path(out), _PROGRAMS[sha], budget_bytes, limit)
 
 
 def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None,
@@ -126,9 +124,8 @@ def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None,
         return 0
     todo = {}
     for program, run in wanted:
-        limit = overhead_limit if is_capped(run) else None
-        key = _key(program, run.budget_bytes, limit)
-        if not stored(out, "facts", key):
+        limit = _cap(run, overhead_limit)
+        if not stored(out, "facts", _key(program, run.budget_bytes, limit)):
             todo[(program.sha256, int(run.budget_bytes), limit)] = program
     if not todo:
         return 0

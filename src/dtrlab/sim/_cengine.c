@@ -1013,11 +1013,11 @@ static void fresh_neighborhood(St *S, i32 base, i64 *cost, i64 *latest) {
     i64 c = 0, la = S->last_access[base];
     for (int forward = 1; forward >= 0; forward--) {
         i32 *vis = forward ? S->mark : S->mark2;
+        const Adj e = adj_of(p, forward);
         i32 top = 0;
         S->dfs[top++] = base;
         while (top) {
             i32 s = S->dfs[--top];
-            const Adj e = adj_of(p, forward);
             for (i32 k = e.ptr[s], end = e.ptr[s + 1]; k < end && e.birth[k] < S->ops_created; k++) {
                 i32 us = e.list[k];
                 if (S->material[us] || vis[us] == S->stamp) continue;

@@ -146,6 +146,16 @@ def check_compatible(policy: Policy, runtime: Runtime) -> None:
                          f"(eager-optimized or optimized), not {runtime.name}")
 
 
+def remat_limit_ns(program: Program, overhead_limit: float | None) -> float:
+    """The recompute at which a run stops as remat_limit: (overhead_limit - 1) x the baseline's
+    compute (inf without a limit)."""
+    if overhead_limit is None:
+        return math.inf
+    if overhead_limit < 1:
+        raise UsageError(f"overhead limit must be at least 1, got {overhead_limit}")
+    return baseline(program).compute_ns * (overhead_limit - 1)
+
+
 def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = DEFAULT_POLICY,
              runtime: str | Runtime = DEFAULT_RUNTIME, *, overhead_limit: float | None = None,
              instruments=None, seed: int = 0, engine: str = "auto", progress=None,
@@ -163,11 +173,7 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
     if budget_bytes is not None:
         check_budget_bytes(budget_bytes, "budget")
     base = baseline(program)
-    remat_limit = math.inf
-    if overhead_limit is not None:
-        if overhead_limit < 1:
-            raise UsageError(f"overhead limit must be at least 1, got {overhead_limit}")
-        remat_limit = base.compute_ns * (overhead_limit - 1)
+    remat_limit = remat_limit_ns(program, overhead_limit)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
     note = cengine.unsupported(pol, rt) if engine != "python" else ""
