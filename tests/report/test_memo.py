@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import zlib
 
 import pytest
 
@@ -53,6 +54,17 @@ def test_a_damaged_or_foreign_entry_is_recomputed(tmp_path, damage):
     assert memo(tmp_path, "figs", {"trace": "x"}, compute) == Figure("a", 1)
     assert len(calls) == 2
     assert memo(tmp_path, "figs", {"trace": "x"}, compute) == Figure("a", 1) and len(calls) == 2  # rewritten
+
+
+def test_entries_are_compressed_and_an_earlier_plain_entry_is_read(tmp_path):
+    value = [Figure(str(i), i) for i in range(2000)]  # alike entries: compression pays
+    compute, calls = _counting(value)
+    memo(tmp_path, "figs", {"trace": "x"}, compute)
+    path = _entry(tmp_path)
+    canonical, _ = pickle.loads(zlib.decompress(path.read_bytes()))
+    assert path.stat().st_size < len(pickle.dumps((canonical, value))) / 2
+    path.write_bytes(pickle.dumps((canonical, value)))  # as the memo wrote it before compressing
+    assert memo(tmp_path, "figs", {"trace": "x"}, compute) == value and len(calls) == 1
 
 
 def test_a_semantics_bump_recomputes(tmp_path, monkeypatch):

@@ -12,12 +12,14 @@ import hashlib
 import json
 import os
 import pickle
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
 from ..semantics import SEMANTICS_VERSION
 
 _MISSING = object()
+_PLAIN = pickle.dumps(None, pickle.HIGHEST_PROTOCOL)[:1]  # a pickle's first byte (PROTO); zlib's is 0x78
 
 
 def _canonical(kind: str, key: dict) -> str:
@@ -44,8 +46,9 @@ def _of_today(value: Any) -> bool:
 def _read(path: Path, canonical: str) -> Any:
     """The stored value, or _MISSING when there is none, it is damaged, or it is not this key's."""
     try:
-        with open(path, "rb") as f:
-            stored_key, value = pickle.load(f)
+        data = path.read_bytes()
+        # compressed since the facts of every run of the curves are kept; earlier entries are plain
+        stored_key, value = pickle.loads(data if data[:1] == _PLAIN else zlib.decompress(data))
     except FileNotFoundError:
         return _MISSING
     except Exception:  # a damaged or foreign entry costs a recomputation, never a failure
@@ -90,7 +93,6 @@ def memo(folder: Path, kind: str, key: dict, compute: Callable[[], Any]) -> Any:
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    with open(partial, "wb") as f:
-        pickle.dump((canonical, value), f)
+    partial.write_bytes(zlib.compress(pickle.dumps((canonical, value), pickle.HIGHEST_PROTOCOL), 1))
     os.replace(partial, path)
     return value

@@ -42,7 +42,7 @@ from .mechanisms import mechanisms_of, pair_count, runs_read
 from .memo import code_digest, memo
 from .refine import refine_to_fine
 from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
-from .runfacts import counts_of, prefetch
+from .runfacts import counts_of, keeping, prefetch
 from .study import SHIPPED, STUDY_TRACES
 
 if TYPE_CHECKING:
@@ -272,14 +272,15 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         limit = dict(overhead_limit=plan.overhead_limit, seed=plan.seed, engine=plan.engine)
         with stages.stage("coarse curves", f": {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
             coarse = plan.coarse()  # none in a plan of fine windows only
-            specs = build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit) if coarse else []
+            # The subject policy's runs keep their facts as they run: churn and mechanisms read them.
+            specs = keeping(build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit), out) if coarse else []
             new_runs += _sweep(specs, store, plan, workers, progress)
         ranked = list(specs)  # what the leaderboard reads: the coarse curves, the windows, its own runs
         with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):
             for program in programs:
                 window = plan.window(program)
                 if window:
-                    new = build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], window, **limit)
+                    new = keeping(build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], window, **limit), out)
                     new_runs += _sweep(new, store, plan, workers, progress)
                     specs += new
                     ranked += new

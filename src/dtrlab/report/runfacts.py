@@ -1,8 +1,9 @@
 """What the report's churn and mechanisms read of one run of the subject policy, simulated once.
 
 Owns RunFacts (the run's counters, its per-storage counts, its deepest moment and the head of its
-policy-eviction log), their place in the report's memo, and `prefetch`, which simulates the missing
-ones on worker processes with a progress bar. A run that finished or ran out of memory is the same
+policy-eviction log), their place in the report's memo, `sweep_run`, which keeps them as the sweep's
+workers run the report's curves, and `prefetch`, which simulates the missing ones on worker processes
+with a progress bar. A run that finished or ran out of memory is the same
 run with the overhead cap or without it; a run the cap stopped is replayed with that cap, so its
 facts are of the run as far as the cap let it go. Without the compiled engine there are no facts:
 each consumer then takes its own path (analysis.churn, analysis.mechanism, analysis.divergence).
@@ -13,7 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -26,7 +27,9 @@ from ..sim import cengine
 from ..sim.policies import get_policy
 from ..sim.result import OK, OOM
 from ..sim.runtimes import get_runtime
-from ..sim.simulate import remat_limit_ns
+from ..sim.result import RunResult
+from ..sim.simulate import remat_limit_ns, result_of, simulate
+from ..sweep.grid import Keep
 from ..trace.lower import Program
 from .memo import memo, stored
 from .plan import RUNTIME, SUBJECT_POLICY
@@ -70,13 +73,42 @@ def _key(program: Program, budget_bytes: int, overhead_limit: float | None) -> d
             "overhead_limit": overhead_limit}
 
 
-def _simulate(program: Program, budget_bytes: int, overhead_limit: float | None) -> RunFacts:
+def _simulate(program: Program, budget_bytes: int, overhead_limit: float | None, seed: int = 0) -> RunFacts:
     got = cengine.run_compiled(program, int(budget_bytes), get_policy(SUBJECT_POLICY), get_runtime(RUNTIME),
-                               remat_limit_ns(program, overhead_limit), counts=True, events=True)
+                               remat_limit_ns(program, overhead_limit), seed, counts=True, events=True)
     events, arrays = got.pop("events"), got.pop("storage_counts")
     log = policy_log(events)
     return RunFacts(got, arrays, worst_moment(events), np.ascontiguousarray(log[:HEAD_EVICTIONS]), len(log),
                     overhead_limit is not None)
+
+
+# --- kept by the sweep's workers as they run ---------------------------------------------------------------
+
+
+def keeping(specs, out: Path) -> list:
+    """The specs, those of the subject policy and runtime set to keep their facts in `out`'s memo
+    as the sweep runs them (sweep_run), so that no stage runs them again for their facts."""
+    keep = Keep(f"{__name__}:sweep_run", str(out))
+    return [replace(s, keep=keep) if s.policy == SUBJECT_POLICY and s.runtime == RUNTIME and s.solve is None
+            else s for s in specs]
+
+
+def sweep_run(program: Program, spec, folder: str) -> RunResult:
+    """A sweep worker's run of `spec` (sweep.grid.Keep): simulate()'s result, with the run's facts
+    kept in `folder`'s memo when the compiled engine runs it. A run that ended before the cap has
+    the facts of the uncapped run (is_capped); a capped run those of the run with the cap."""
+    pol, rt = get_policy(spec.policy), get_runtime(spec.runtime)
+    if spec.engine == "python" or not available() or pol.name != SUBJECT_POLICY or rt.name != RUNTIME:
+        return simulate(program, spec.budget_bytes, pol, rt, overhead_limit=spec.overhead_limit,
+                        seed=spec.seed, engine=spec.engine)
+    got = _simulate(program, spec.budget_bytes, spec.overhead_limit, spec.seed)
+    result = result_of(program, spec.budget_bytes, pol, rt, dict(got.counters), "c")
+    limit = _cap(result, spec.overhead_limit)
+    try:
+        memo(Path(folder), "facts", _key(program, spec.budget_bytes, limit), lambda: replace(got, capped=limit is not None))
+    except OSError:  # a worker that cannot write there (another machine): prefetch runs it again
+        pass
+    return result
 
 
 def facts(out: Path, program: Program, run, overhead_limit: float) -> RunFacts | None:

@@ -172,7 +172,6 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
     check_compatible(pol, rt)
     if budget_bytes is not None:
         check_budget_bytes(budget_bytes, "budget")
-    base = baseline(program)
     remat_limit = remat_limit_ns(program, overhead_limit)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
@@ -217,9 +216,16 @@ def simulate(program: Program, budget_bytes: int | None, policy: str | Policy = 
         elif observer is not None:
             counters["observations"] = observer.finish(eng, outcome)
     interrupt = counters.pop("interrupt", None)
-    result = RunResult(baseline_compute_ns=base.compute_ns, baseline_peak_bytes=base.peak_bytes,
-                       budget_bytes=budget_bytes, policy=pol.name, runtime=rt.name, engine=name,
-                       trace=program.name, engine_note=note or "", **counters)
+    result = result_of(program, budget_bytes, pol, rt, counters, name, note or "")
     if result.outcome == INTERRUPTED:
         raise RunInterrupted(result) from interrupt
     return result
+
+
+def result_of(program: Program, budget_bytes: int | None, policy: Policy, runtime: Runtime, counters: dict,
+              engine: str, note: str = "") -> RunResult:
+    """The RunResult of a run whose engine gave `counters` (outcome, clock_ns, remat_ns, ...)."""
+    base = baseline(program)
+    return RunResult(baseline_compute_ns=base.compute_ns, baseline_peak_bytes=base.peak_bytes,
+                     budget_bytes=budget_bytes, policy=policy.name, runtime=runtime.name, engine=engine,
+                     trace=program.name, engine_note=note, **counters)

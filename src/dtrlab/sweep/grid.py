@@ -174,6 +174,17 @@ def portable_name(policy) -> str:
 
 
 @dataclass(frozen=True)
+class Keep:
+    """What a worker keeps of a run beside its row: `function` ("module:function") runs the spec in
+    the worker's place, as function(program, spec, folder) -> RunResult, and keeps what else it
+    wants of the run under `folder` (the report keeps each run's facts so it need not run it again).
+    The function must give exactly simulate()'s result."""
+
+    function: str
+    folder: str
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One run of a sweep: which trace (by content), policy, runtime, budget and options.
 
@@ -192,6 +203,7 @@ class RunSpec:
     seed: int = 0
     engine: str = "auto"  # results never depend on it, so it is not part of the key
     solve: SolveSettings | None = None  # the solver's settings: set for the policy `optimal` only
+    keep: Keep | None = None  # what else the worker keeps of the run; not part of the key
 
     def __post_init__(self) -> None:
         if (self.solve is not None) != (self.policy == OPTIMAL_POLICY):

@@ -83,6 +83,14 @@ def _solve(program, spec: RunSpec):
     return replace(solve(program, spec.budget_bytes, spec.solve), schedule=None)
 
 
+def _keeping(keep):
+    """The function a Keep names (imported by name: it lives in a layer above the sweep)."""
+    import importlib
+
+    module, _, name = keep.function.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def _watch_parent(parent_pid: int) -> None:
     """Exit when the parent is gone (kill -9 of a sweep): nobody is left to read our result."""
     while True:
@@ -112,6 +120,8 @@ def child_main(read_fd: int, write_fd: int, parent_pid: int) -> None:
             t0 = time.perf_counter()
             if spec.solve is not None:
                 result = _solve(program, spec)
+            elif spec.keep is not None:
+                result = _keeping(spec.keep)(program, spec, spec.keep.folder)
             else:
                 result = simulate(program, spec.budget_bytes, spec.policy, spec.runtime,
                                   overhead_limit=spec.overhead_limit, seed=spec.seed, engine=spec.engine)
