@@ -16,9 +16,10 @@ from ..analysis.mechanism import (KINDS, Signature, counts_table, event_log, evi
                                   worst_moment)
 from ..analysis.scan import Budget
 from ..errors import UsageError
-from .memo import memo
+from . import pool
+from .memo import memo, stored
 from .plan import RUNTIME, SUBJECT_POLICY, Plan
-from .runfacts import counts_of, facts, is_capped
+from .runfacts import available, counts_of, facts, is_capped
 
 
 def _counts(out: Path, program, run, plan: Plan):
@@ -39,18 +40,23 @@ def _explained(out: Path, ooms, program):
     return explain
 
 
-def _divergence(out: Path, program, plan: Plan):
+def _divergence_key(program, a, b) -> dict:
+    # The key of the pipeline's focus (a: the fast run, b: the slow one), so the focus is not
+    # replayed; a run the cap stopped is looked at only as far as the cap let it go (its count
+    # in all is None).
+    key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
+    capped = (is_capped(a), is_capped(b))
+    if any(capped):
+        key["capped"] = capped
+    return key
+
+
+def _divergence(out: Path, program, overhead_limit: float):
     def divergence(a, b):
-        # The key of the pipeline's focus (a: the fast run, b: the slow one), so the focus is not
-        # replayed; a run the cap stopped is looked at only as far as the cap let it go (its count
-        # in all is None).
-        key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
-        capped = (is_capped(a), is_capped(b))
-        if any(capped):
-            key["capped"] = capped
+        key = _divergence_key(program, a, b)
 
         def compute():
-            sides = [facts(out, program, run, plan.overhead_limit) for run in (a, b)]
+            sides = [facts(out, program, run, overhead_limit) for run in (a, b)]
             return diverge(program, Budget(a.ratio, a.budget_bytes), Budget(b.ratio, b.budget_bytes), SUBJECT_POLICY,
                            RUNTIME, logs=tuple(None if f is None else f.head for f in sides),
                            totals=tuple(None if f is None or f.capped else f.policy_evictions for f in sides))
@@ -72,6 +78,32 @@ def _deepest(out: Path, program, plan: Plan):
         return memo(out, "deepest", key, lambda: worst_moment(event_log(program, run.budget_bytes, SUBJECT_POLICY,
                                                                           RUNTIME, plan.overhead_limit)))
     return deepest
+
+
+def _one_divergence(out: str, sha: str, a, b, overhead_limit: float) -> None:
+    _divergence(Path(out), pool.program(sha), overhead_limit)(a, b)
+
+
+def prefetch_divergences(out: Path, found: dict, by_name: dict, plan: Plan, workers: int | None,
+                         tick: Callable[[str], None] = lambda _: None) -> int:
+    """The first divergence of every switch and inversion the memo lacks, on `workers` processes
+    (report.pool; each replays its two runs on the Python engine up to where they part, for the score
+    terms there); tick(what) after each. Returns how many were computed. The runs' facts must be in
+    the memo (runfacts.prefetch), else each worker simulates its own."""
+    if not available():
+        return 0
+    tasks, programs = [], {}
+    for (trace, policy), curve in sorted(found.items(), key=lambda item: -by_name[item[0][0]].n_ops):
+        program = by_name[trace]
+        if policy != SUBJECT_POLICY:
+            continue
+        for kind, a, b, _ in pairs_of(curve.switches, curve.inversions):
+            if not stored(out, "divergence", _divergence_key(program, a, b)):
+                programs[program.sha256] = program
+                tasks.append(pool.Task(_one_divergence, (str(out), program.sha256, a, b, plan.overhead_limit),
+                                       f"{trace} {kind} at {b.label}"))
+    pool.run_tasks(tasks, programs, workers, tick)
+    return len(tasks)
 
 
 def runs_read(found: dict, by_name: dict) -> list[tuple]:
@@ -96,7 +128,7 @@ def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan,
                 tick(f"{trace} {pair[0]} at {pair[2].label}")
         sigs += mechanisms(program, ticked(pairs_of(curve.switches, curve.inversions)), SUBJECT_POLICY, RUNTIME,
                            counts=lambda run, p=program: _counts(out, p, run, plan),
-                           explain=_explained(out, ooms, program), divergence=_divergence(out, program, plan),
+                           explain=_explained(out, ooms, program), divergence=_divergence(out, program, plan.overhead_limit),
                            deepest=_deepest(out, program, plan))
     return tuple(sigs)
 

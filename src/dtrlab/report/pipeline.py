@@ -38,7 +38,7 @@ from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
 from .leaderboard import Leaderboard
-from .mechanisms import mechanisms_of, pair_count, runs_read
+from .mechanisms import mechanisms_of, pair_count, prefetch_divergences, runs_read
 from .memo import code_digest, memo
 from .refine import refine_to_fine
 from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
@@ -339,6 +339,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                                           sum(bool(plan.window(p)) for p in programs))
                 frame = pd.concat([frame, store.rows(s.key for s in new)], ignore_index=True)
         with stages.stage("mechanism of every switch and inversion"):
+            with stages.ticker("first divergences") as ticker:
+                prefetch_divergences(out, found, by_name, plan, workers, ticker.tick)
             with stages.ticker("switches and inversions", pair_count(found)) as ticker:
                 mechs = mechanisms_of(out, found, by_name, ooms, plan, ticker.tick)
         with stages.stage("optimal baselines: the solver's best schedules and bounds (solved with --optimal)"):

@@ -2,18 +2,14 @@
 
 Owns RunFacts (the run's counters, its per-storage counts, its deepest moment and the head of its
 policy-eviction log), their place in the report's memo, `sweep_run`, which keeps them as the sweep's
-workers run the report's curves, and `prefetch`, which simulates the missing ones on worker processes
-with a progress bar. A run that finished or ran out of memory is the same
-run with the overhead cap or without it; a run the cap stopped is replayed with that cap, so its
-facts are of the run as far as the cap let it go. Without the compiled engine there are no facts:
+workers run the report's curves, and `prefetch`, which simulates the missing ones (report.pool). A run
+that finished or ran out of memory is the same run with the overhead cap or without it; a run the cap
+stopped is replayed with that cap, so its facts are of the run as far as the cap let it go. Without the compiled engine there are no facts:
 each consumer then takes its own path (analysis.churn, analysis.mechanism, analysis.divergence).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -25,12 +21,12 @@ from ..analysis.divergence import policy_log
 from ..analysis.mechanism import worst_moment
 from ..sim import cengine
 from ..sim.policies import get_policy
-from ..sim.result import OK, OOM
+from ..sim.result import OK, OOM, RunResult
 from ..sim.runtimes import get_runtime
-from ..sim.result import RunResult
 from ..sim.simulate import remat_limit_ns, result_of, simulate
 from ..sweep.grid import Keep
 from ..trace.lower import Program
+from . import pool
 from .memo import memo, stored
 from .plan import RUNTIME, SUBJECT_POLICY
 
@@ -135,23 +131,15 @@ def counts_of(out: Path, program: Program, run, overhead_limit: float) -> dict:
 
 # --- simulating many on worker processes ------------------------------------------------------------
 
-_PROGRAMS: dict[str, Program] = {}  # a worker's programs, by sha256 (given once, at its start)
-
-
-def _init(programs: dict[str, Program]) -> None:
-    _PROGRAMS.update(programs)
-
 
 def _one(out: str, sha: str, budget_bytes: int, limit: float | None) -> None:
-    _memo(Path(out), _PROGRAMS[sha], budget_bytes, limit)
+    _memo(Path(out), pool.program(sha), budget_bytes, limit)
 
 
 def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None,
              tick: Callable[[str], None] = lambda _what: None) -> int:
     """Simulate the facts of every (program, run) of `wanted` the memo lacks, each run once, on
-    `workers` fresh processes (spawned, not forked: this process holds the store's threads and the
-    progress bar's), or in this one for one worker; tick(what) after each. Returns how many were
-    simulated."""
+    `workers` processes (report.pool); tick(what) after each. Returns how many were simulated."""
     if not available():
         return 0
     todo = {}
@@ -159,28 +147,11 @@ def prefetch(out: Path, wanted, overhead_limit: float, workers: int | None,
         limit = _cap(run, overhead_limit)
         if not stored(out, "facts", _key(program, run.budget_bytes, limit)):
             todo[(program.sha256, int(run.budget_bytes), limit)] = program
-    if not todo:
-        return 0
-    programs = {sha: program for (sha, _, _), program in todo.items()}
 
     def said(key) -> str:
-        return f"{programs[key[0]].name} at {key[1]:,} B" + (" (capped)" if key[2] is not None else "")
-    workers = min(workers or len(os.sched_getaffinity(0)), len(todo))
-    if workers <= 1:
-        _init(programs)
-        try:
-            for key in todo:
-                _one(str(out), *key)
-                tick(said(key))
-        finally:
-            _PROGRAMS.clear()
-        return len(todo)
+        return f"{todo[key].name} at {key[1]:,} B" + (" (capped)" if key[2] is not None else "")
     # The longest first: the capped runs thrash up to the cap.
     order = sorted(todo, key=lambda k: (k[2] is None, -todo[k].n_ops))
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
-                             initargs=(programs,)) as pool:
-        futures = {pool.submit(_one, str(out), *k): k for k in order}
-        for done in as_completed(futures):
-            done.result()
-            tick(said(futures[done]))
+    pool.run_tasks([pool.Task(_one, (str(out), *key), said(key)) for key in order],
+                   {key[0]: program for key, program in todo.items()}, workers, tick)
     return len(todo)
