@@ -277,13 +277,13 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
             new_runs += _sweep(specs, store, plan, workers, progress)
         ranked = list(specs)  # what the leaderboard reads: the coarse curves, the windows, its own runs
         with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):
-            for program in programs:
-                window = plan.window(program)
-                if window:
-                    new = keeping(build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], window, **limit), out)
-                    new_runs += _sweep(new, store, plan, workers, progress)
-                    specs += new
-                    ranked += new
+            # Every trace's window in one sweep: no trace waits for the last run of another.
+            new = keeping([s for program in programs if plan.window(program)
+                           for s in build_specs(path, [program], [SUBJECT_POLICY], [RUNTIME], plan.window(program),
+                                                **limit)], out)
+            new_runs += _sweep(new, store, plan, workers, progress)
+            specs += new
+            ranked += new
             specs = list({s.key: s for s in specs}.values())  # a window can hold coarse budgets
             # Then every refined curve, windows included, down to the fine grid wherever two neighbours
             # differ: nothing below names a switch or an inversion across budgets that were not run.

@@ -34,9 +34,11 @@ def save(fig, folder: Path, name: str) -> tuple[Path, Path]:
     """Write name.png and name.svg, the same bytes for the same figure; close the figure."""
     folder.mkdir(parents=True, exist_ok=True)
     png, svg = folder / f"{name}.png", folder / f"{name}.svg"
-    fig.savefig(png, dpi=110, bbox_inches="tight")
+    # The tight box measured once, for both files: "tight" would draw the figure once more per file.
+    box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
+    fig.savefig(png, dpi=110, bbox_inches=box)
     with matplotlib.rc_context({"svg.hashsalt": SVG_HASH_SALT}):
-        fig.savefig(svg, bbox_inches="tight", metadata=SVG_METADATA)
+        fig.savefig(svg, bbox_inches=box, metadata=SVG_METADATA)
     plt.close(fig)
     return png, svg
 
