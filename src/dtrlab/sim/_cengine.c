@@ -632,9 +632,14 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     const i32 ops = S->ops_created, words = S->words;
     i32 ntouched = 0;
     int lo = words, hi = -1; /* pending words span */
+    i32 tlo = words, thi = -1; /* touched words span */
 #define PUSH(y, bits)                                                                      \
     do {                                                                                   \
-        if (!S->lab[y]) S->touched[ntouched++] = (y);                                      \
+        if (!S->lab[y]) {                                                                  \
+            S->touched[ntouched++] = (y);                                                  \
+            if (((y) >> 6) < tlo) tlo = (y) >> 6;                                          \
+            if (((y) >> 6) > thi) thi = (y) >> 6;                                          \
+        }                                                                                  \
         S->lab[y] |= (bits);                                                               \
         S->delta[y] |= (bits);                                                             \
         bset(pend, (y));                                                                   \
@@ -683,13 +688,44 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
     }
 #undef PUSH
     S->region_edges += edges;
+    if (!ntouched) return;
+    /* Each base's row spans the touched words (cleared above, so it starts empty): the members are
+     * then set without a bounds check, a row's words grown once. */
+    u64 *row[64];
+    for (int j = 0; j < nb; j++) {
+        Row *r = &in_base[bases[j]];
+        if (!rcover(S, r, tlo, thi + 1)) {
+            for (i32 i = 0; i < ntouched; i++) S->lab[S->touched[i]] = 0;
+            return;
+        }
+        row[j] = r->w + (tlo - r->lo);
+    }
+    if (nb <= 4) { /* the usual group: a pass a base, its compute summed in a register */
+        for (int j = 0; j < nb; j++) {
+            const u64 mine = ((u64)1) << j;
+            u64 *rw = row[j];
+            i64 sum = 0;
+            for (i32 i = 0; i < ntouched; i++) {
+                const i32 x = S->touched[i];
+                if (S->lab[x] & mine) {
+                    rw[(x >> 6) - tlo] |= ((u64)1) << (x & 63);
+                    sum += S->s_compute[x];
+                }
+            }
+            comp[bases[j]] += sum;
+        }
+        for (i32 i = 0; i < ntouched; i++) S->lab[S->touched[i]] = 0;
+        return;
+    }
     for (i32 i = 0; i < ntouched; i++) {
         i32 x = S->touched[i];
-        i64 c = S->s_compute[x];
+        const i64 c = S->s_compute[x];
+        const i32 w = (x >> 6) - tlo;
+        const u64 bit = ((u64)1) << (x & 63);
         for (u64 m = S->lab[x]; m; m &= m - 1) {
-            i32 b = bases[__builtin_ctzll(m)];
-            rset(S, &in_base[b], x);
-            comp[b] += c;
+            const int j = __builtin_ctzll(m);
+            row[j][w] |= bit;
+            comp[bases[j]] += c;
         }
         S->lab[x] = 0;
     }
