@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dtrlab.sim.instruments import EVENT_KINDS, EVICT
 from dtrlab.timeline import perfetto as pf
@@ -144,3 +146,28 @@ def test_a_window_keeps_only_its_stretch_and_bounds_the_file(tmp_path):
     evictions = int(((tl.log.kind == EVENT_KINDS[EVICT]) & inside).sum())
     assert part_stats.evictions == evictions > 0
     assert sum(1 for p, _, _ in events if p.track_event.track_uuid == pf.EVICTIONS) == evictions
+
+
+@pytest.mark.parametrize("what", ["counter", "end"])
+@given(ts=st.integers(0, 2**63 - 1), value=st.integers(-(2**63), 2**63 - 1),
+       track=st.sampled_from(sorted(pf.TRACK_NAMES)))
+def test_a_plain_packet_is_the_protos_own_bytes(what, ts, value, track):
+    """The counters and slice ends encoded by hand: framed as the package frames a Trace's packet."""
+    import io
+
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
+
+    f = io.BytesIO()
+    out = pf._Out(f)
+    p = TracePacket(timestamp=ts, trusted_packet_sequence_id=pf.SEQUENCE_ID,
+                    sequence_flags=TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+    p.track_event.track_uuid = track
+    if what == "counter":
+        out.counter(ts, track, value)
+        p.track_event.type, p.track_event.counter_value = TrackEvent.TYPE_COUNTER, value
+    else:
+        out.end(ts, track)
+        p.track_event.type = TrackEvent.TYPE_SLICE_END
+    trace = Trace()
+    trace.packet.append(p)
+    assert f.getvalue() == trace.SerializeToString()

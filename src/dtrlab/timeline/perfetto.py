@@ -1,7 +1,10 @@
-"""A run as a Perfetto trace (protobuf TrackEvent packets, written with the perfetto package's
-streaming trace builder): operators, nested rematerializations, evictions and memory counters.
+"""A run as a Perfetto trace (protobuf TrackEvent packets, each framed as a Trace's `packet` field):
+operators, nested rematerializations, evictions and memory counters.
 
-Owns the tracks, their names and the packets; every value comes from the run's event log.
+Owns the tracks, their names and the packets; every value comes from the run's event log. A packet
+with names or annotations is built with the perfetto package's TracePacket; the plain ones (counter
+values and slice ends, most of a long run's packets) are encoded here, byte for byte as the package
+serializes them (field-number order).
 """
 
 from __future__ import annotations
@@ -138,10 +141,69 @@ def _pending(tl: Timeline, fr, clock: list, depth: list, lo: float, hi: float) -
     return out
 
 
-def _descriptor(builder, uuid: int, name: str, parent: int | None, counter_unit=None, first=False) -> None:
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of n (a negative int64 as its 64-bit two's complement)."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
+    if n < 0:
+        n += 1 << 64
+    out = []
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _tag(message, field: str, wire_type: int) -> bytes:
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | wire_type)
+
+
+_VARINT, _LEN = 0, 2
+_TRACE_PACKET = b"\x0a"  # Trace.packet = 1, length-delimited
+
+
+class _Out:
+    """The trace file: each packet framed as one Trace `packet` field."""
+
+    def __init__(self, f) -> None:
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
+
+        self.f = f
+        te = TrackEvent
+        self.ts = _tag(TracePacket, "timestamp", _VARINT)
+        self.tail_seq = _tag(TracePacket, "trusted_packet_sequence_id", _VARINT) + _varint(SEQUENCE_ID)
+        self.event = _tag(TracePacket, "track_event", _LEN)
+        self.flags = (_tag(TracePacket, "sequence_flags", _VARINT)
+                      + _varint(TracePacket.SEQ_NEEDS_INCREMENTAL_STATE))
+        self.uuid = _tag(te, "track_uuid", _VARINT)
+        self.counter_type = _tag(te, "type", _VARINT) + _varint(te.TYPE_COUNTER)
+        self.end_type = _tag(te, "type", _VARINT) + _varint(te.TYPE_SLICE_END)
+        self.value = _tag(te, "counter_value", _VARINT)
+
+    def write(self, packet) -> None:
+        self.raw(packet.SerializeToString())
+
+    def raw(self, data: bytes) -> None:
+        self.f.write(_TRACE_PACKET + _varint(len(data)) + data)
+
+    def _plain(self, ts: int, event: bytes) -> None:
+        self.raw(self.ts + _varint(int(ts)) + self.tail_seq + self.event + _varint(len(event)) + event + self.flags)
+
+    def counter(self, ts: int, track: int, value: int) -> None:
+        self._plain(ts, self.counter_type + self.uuid + _ONE_BYTE[track] + self.value + _varint(int(value)))
+
+    def end(self, ts: int, track: int) -> None:
+        self._plain(ts, self.end_type + self.uuid + _ONE_BYTE[track])
+
+
+def _descriptor(out: _Out, uuid: int, name: str, parent: int | None, counter_unit=None, first=False) -> None:
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import CounterDescriptor, TracePacket
 
-    packet = builder.create_packet()
+    packet = TracePacket()
     packet.trusted_packet_sequence_id = SEQUENCE_ID
     if first:
         packet.sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
@@ -151,13 +213,12 @@ def _descriptor(builder, uuid: int, name: str, parent: int | None, counter_unit=
         d.parent_uuid = parent
     if counter_unit is not None:
         d.counter.unit = getattr(CounterDescriptor, counter_unit)
-    builder.write_packet(packet)
+    out.write(packet)
 
 
 def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
     """Write tl (its window) to `path` as a Perfetto protobuf trace; the counts of what it holds."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
-    from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
     program, log = tl.program, tl.log
     names = program.tensor_names
@@ -171,18 +232,18 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
     interned = _Interned()
     needs_state = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
     with open(path, "wb") as f:
-        builder = StreamingTraceProtoBuilder(f)
-        _descriptor(builder, ROOT, f"dtrlab: {tl.title}", None, first=True)
+        out = _Out(f)
+        _descriptor(out, ROOT, f"dtrlab: {tl.title}", None, first=True)
         for uuid in (OPERATORS, REMATS, PENDING, EVICTIONS, EAGER):
-            _descriptor(builder, uuid, TRACK_NAMES[uuid], ROOT)
+            _descriptor(out, uuid, TRACK_NAMES[uuid], ROOT)
         for uuid in (RESIDENT, PINNED, LOCKED, BUDGET):
-            _descriptor(builder, uuid, TRACK_NAMES[uuid], ROOT, "UNIT_SIZE_BYTES")
-        _descriptor(builder, POOL, TRACK_NAMES[POOL], ROOT, "UNIT_COUNT")
+            _descriptor(out, uuid, TRACK_NAMES[uuid], ROOT, "UNIT_SIZE_BYTES")
+        _descriptor(out, POOL, TRACK_NAMES[POOL], ROOT, "UNIT_COUNT")
         n["packets"] += 11
         frames_at_oom = {f.depth: f for f in tl.oom.frames} if tl.oom is not None else {}
 
         def packet(ts: int):
-            p = builder.create_packet()
+            p = TracePacket()
             p.timestamp = int(ts)
             p.trusted_packet_sequence_id = SEQUENCE_ID
             p.sequence_flags = needs_state
@@ -202,11 +263,23 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
         p = packet(first_ts)
         p.track_event.type, p.track_event.track_uuid = TrackEvent.TYPE_COUNTER, BUDGET
         p.track_event.counter_value = tl.budget_bytes
-        builder.write_packet(p)
+        out.write(p)
         n["packets"] += 1
         n["counter_values"] += 1
-        columns = {track: getattr(log, name) for track, name in COUNTERS}
+        columns = {track: getattr(log, name).tolist() for track, name in COUNTERS}
+        is_compute = (kind == compute).tolist()
         for _slot, _order, extra, ts, what, r in plan:
+            n["packets"] += 1
+            if what == "counter":
+                out.counter(ts, extra, columns[extra][r])
+                n["counter_values"] += 1
+                continue
+            if what == "end":
+                out.end(ts, OPERATORS if is_compute[r] else REMATS)
+                continue
+            if what == "end-pending":
+                out.end(ts, PENDING)
+                continue
             p = packet(ts)
             ev = p.track_event
             if what == "begin":
@@ -235,12 +308,7 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
                 annotate(p, "remat", int(f.remat))
                 annotate(p, "need_bytes", f.need_bytes)
                 n["pending_slices"] += 1
-            elif what == "end-pending":
-                ev.type, ev.track_uuid = TrackEvent.TYPE_SLICE_END, PENDING
-            elif what == "end":
-                ev.type = TrackEvent.TYPE_SLICE_END
-                ev.track_uuid = OPERATORS if kind[r] == compute else REMATS
-            elif what == "instant":
+            else:  # an instant
                 s = int(storage[r])
                 by_policy = kind[r] == evict
                 ev.type = TrackEvent.TYPE_INSTANT
@@ -256,10 +324,5 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
                     for k, term in enumerate(terms):
                         annotate(p, term, float(log.terms[r, k]))
                 n["evictions" if by_policy else "eager_evictions"] += 1
-            else:
-                ev.type, ev.track_uuid = TrackEvent.TYPE_COUNTER, extra
-                ev.counter_value = int(columns[extra][r])
-                n["counter_values"] += 1
-            builder.write_packet(p)
-            n["packets"] += 1
+            out.write(p)
     return PerfettoStats(**n)
