@@ -73,12 +73,21 @@ def test_a_thrashing_run_updates_most_reverse_regions_in_place():
     assert out["region_updates"] > out["region_rebuilds"] > 0
 
 
+@pytest.mark.slow
+def test_a_rematerialization_chain_hands_its_forward_region_on():
+    """Where a rematerialized storage was its input's only consumer out of memory, its forward region is
+    the input's, less itself (region_transfer): checked against a fresh traversal at every step."""
+    program = next(p for p in load(shipped_traces(), ["resnet32"]))
+    out = _agree(program, budget_from_ratio(program, 0.12), "dtr", "eager-optimized")
+    assert 0 < out["region_transfers"] < out["region_updates"]
+
+
 def test_a_cyclic_storage_graph_rebuilds_every_region():
     program = next(p for p in (synthetic_program(s, 60, p_alias=0.3) for s in range(100))
                    if not _acyclic(p))
     for ratio in (0.1, 0.3, 0.6):
         out = _agree(program, budget_from_ratio(program, ratio), "dtr", "eager-optimized")
-        assert out["region_updates"] == 0
+        assert out["region_updates"] == out["region_transfers"] == 0
         assert out["region_rebuilds"] > 0
 
 

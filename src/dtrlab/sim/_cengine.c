@@ -377,6 +377,7 @@ typedef struct {
     i64 clock, memory, peak, remat_ns;
     i64 evictions, eager_evictions, distinct, evals;
     i64 region_rebuilds, region_updates; /* regions traversed afresh / trusted ones updated */
+    i64 region_transfers;                /* of those updates: forward regions handed on (region_transfer) */
     i64 region_edges;      /* edges walked by those traversals */
     unsigned char *evicted_by_policy;
     /* optional instruments */
@@ -901,6 +902,37 @@ static i32 update_trusted(St *S, int fwd, const i32 *rs, i32 nrs, i32 *bases, i3
     for (i32 k = 0; k < n; k++)
         if (!region_fast(S, fwd, bases[k], rs, leaf, nrs, top)) bases[slow++] = bases[k];
     return slow;
+}
+
+/* The forward region of s, just rematerialized, taken from an input b whose trusted forward region
+ * held s and is fresh over every edge, b now having no consumer out of memory: s was b's only
+ * consumer out of memory, so all that b's region held beyond s is reached through s (regions are
+ * trusted on acyclic storage graphs only). s's region is then b's less s, its frontier b's less
+ * those of b's own consumers that nothing in the new region feeds, its compute b's less s's; a
+ * long rematerialization chain hands its downstream on this way instead of walking it at each
+ * link. Returns 0 where no input qualifies (s is then rebuilt). */
+static int region_transfer(St *S, i32 s, const i32 *inputs, i32 n) {
+    const Prog *p = S->p;
+    const i32 ops = S->ops_created;
+    for (i32 i = 0; i < n; i++) {
+        const i32 b = inputs[i];
+        if (!S->fwd_ok[b] || bound_of(S, 1, b) != ops || !rget(&S->fwd_in[b], s) || !is_leaf(S, 1, b)) continue;
+        Row *in = &S->fwd_in[s], *fr = &S->fwd_fr[s];
+        rcopy(S, in, &S->fwd_in[b]);
+        rclr(in, s);
+        rcopy(S, fr, &S->fwd_fr[b]);
+        for (i32 k = p->f_ptr[b], end = p->f_ptr[b + 1]; k < end && p->f_birth[k] < ops; k++) {
+            const i32 y = p->f_list[k];
+            if (y != s && rget(fr, y) && !feeds(S, 1, y, s, in, ops)) rclr(fr, y);
+        }
+        S->fwd_c[s] = S->fwd_c[b] - S->s_compute[s];
+        S->region_updates++;
+        S->region_transfers++;
+        trust(S, 1, s);
+        if (S->check) check_region(S, 1, s);
+        return 1;
+    }
+    return 0;
 }
 
 /* Rebuild the regions of `bases` (material) from scratch, in groups of 64. */
@@ -1492,8 +1524,10 @@ static void compute(St *S, i32 t, int remat) {
         rebuild_regions(S, 0, rs, nrs);
         i32 na = frontier_members(S, S->rev_fr, rs, nrs, S->aff_list, 0);
         if (S->trust_on) na = update_trusted(S, 1, rs, nrs, S->aff_list, na, !remat);
+        /* before the inputs' rebuild: a transfer reads an input's region as it was */
+        const int moved = S->trust_on && remat && nrs == 1 && region_transfer(S, rs[0], S->aff_list, na);
         memcpy(S->aff_list + na, rs, sizeof(i32) * nrs);
-        rebuild_regions(S, 1, S->aff_list, na + nrs);
+        rebuild_regions(S, 1, S->aff_list, na + (moved ? 0 : nrs));
         if (S->trust_on && !remat) fwd_settle(S, op);
         if (!remat) S->window = 0;
         i32 nr = frontier_members(S, S->fwd_fr, rs, nrs, S->aff_rev_list, 0);
@@ -2009,13 +2043,14 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kw) {
         PyObject *oom = events && want_oom && outcome == OUT_OOM ? oom_dict(&S) : Py_None;
         if (oom == Py_None) Py_INCREF(Py_None);
         if (events && oom)
-            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N,s:N}", "outcome", outcome,
+            result = Py_BuildValue("{s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N,s:N}", "outcome", outcome,
                                    "clock_ns", (long long)S.clock, "remat_ns", (long long)S.remat_ns,
                                    "evictions", (long long)S.evictions, "eager_evictions",
                                    (long long)S.eager_evictions, "distinct_evicted", (long long)S.distinct,
                                    "peak_bytes", (long long)S.peak, "score_evals", (long long)S.evals,
                                    "region_rebuilds", (long long)S.region_rebuilds,
                                    "region_updates", (long long)S.region_updates,
+                                   "region_transfers", (long long)S.region_transfers,
                                    "region_edges", (long long)S.region_edges,
                                    "events", events, "oom", oom);
         else { Py_XDECREF(events); Py_XDECREF(oom); }

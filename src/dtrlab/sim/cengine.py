@@ -167,7 +167,8 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     log (`events`, an instruments.EventLog) and, at an OOM, the snapshot (`oom`, an OomSnapshot).
 
     engine_stats adds `region_rebuilds` (e* regions traversed afresh), `region_edges` (the edges
-    those traversals walked) and `region_updates` (trusted reverse regions updated in place instead;
+    those traversals walked), `region_updates` (trusted regions updated in place instead) and, of
+    those, `region_transfers` (a rematerialized storage's forward region handed on from an input's;
     see _cengine.c). check compares every
     trusted region with a fresh traversal after each step and raises AssertionError at the first
     difference: slow, for tests. Raises ScoreOverflow when a score's integer leaves 128 bits.
@@ -190,7 +191,7 @@ def run_compiled(program: Program, budget_bytes: int | None, policy: Policy, run
     if out["outcome"] == INTERRUPTED:
         out["interrupt"] = interrupt
     raw_events, raw_oom = out.pop("events"), out.pop("oom")
-    work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates", "region_edges")}
+    work = {k: out.pop(k) for k in ("region_rebuilds", "region_updates", "region_transfers", "region_edges")}
     if engine_stats:
         out.update(work)
     if counts:
