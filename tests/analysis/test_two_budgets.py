@@ -53,6 +53,19 @@ def test_compare_counts_match_the_runs(seed):
     assert 0.0 <= churn.jaccard.policy <= 1.0 and len(churn.top) <= 5
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_compare_with_the_callers_counts_is_the_compare_that_simulates(seed):
+    from dtrlab.analysis.churn import storage_counts
+
+    p = small(seed)
+    peak = baseline(p).peak_bytes
+    a, b = Budget(None, int(peak * 0.45)), Budget(None, int(peak * 0.65))
+    counts = tuple(storage_counts(p, x.budget_bytes, "dtr", "eager-optimized") for x in (a, b))
+    assert compare_runs(p, a, b, counts=counts) == compare_runs(p, a, b)
+    swapped = compare_runs(p, a, b, counts=counts[::-1])  # the counts are what is compared
+    assert (swapped.a.remat_ns, swapped.b.remat_ns) == (counts[1][0]["remat_ns"], counts[0][0]["remat_ns"])
+
+
 def test_bisect_chain_finds_the_exact_byte():
     # all five 100-byte storages end pinned: 500 bytes are needed, 499 are not enough
     found = bisect_budgets(chain_program(4), 300, 800)

@@ -134,11 +134,15 @@ def _side(budget: Budget, counters: dict, arrays: dict, compute_ns: int) -> RunC
 
 
 def compare_runs(program: Program, a: Budget, b: Budget, policy: str = DEFAULT_POLICY,
-                 runtime: str = DEFAULT_RUNTIME, top: int = 10, seed: int = 0, engine: str = "auto") -> Churn:
-    """Compare the runs under budgets a and b storage by storage."""
+                 runtime: str = DEFAULT_RUNTIME, top: int = 10, seed: int = 0, engine: str = "auto",
+                 counts: tuple | None = None) -> Churn:
+    """Compare the runs under budgets a and b storage by storage. counts: each run's storage_counts
+    (counters, arrays) where the caller has them (None: simulate both)."""
     compute = baseline(program).compute_ns
-    ca, xa = storage_counts(program, a.budget_bytes, policy, runtime, seed=seed, engine=engine)
-    cb, xb = storage_counts(program, b.budget_bytes, policy, runtime, seed=seed, engine=engine)
+    if counts is None:
+        counts = tuple(storage_counts(program, x.budget_bytes, policy, runtime, seed=seed, engine=engine)
+                       for x in (a, b))
+    (ca, xa), (cb, xb) = counts
     ra, rb = _side(a, ca, xa, compute), _side(b, cb, xb, compute)
     slower = "b" if rb.remat_ns >= ra.remat_ns else "a"
     slow = xb if slower == "b" else xa

@@ -51,7 +51,10 @@ def _divergence_key(program, a, b) -> dict:
     return key
 
 
-def _divergence(out: Path, program, overhead_limit: float):
+def divergence_of(out: Path, program, overhead_limit: float):
+    """divergence(a, b) -> the first Divergence of runs a (the fast or feasible one) and b of the
+    subject policy, through the memo, from the runs' facts where there are facts; None without the
+    compiled engine."""
     def divergence(a, b):
         key = _divergence_key(program, a, b)
 
@@ -81,7 +84,7 @@ def _deepest(out: Path, program, plan: Plan):
 
 
 def _one_divergence(out: str, sha: str, a, b, overhead_limit: float) -> None:
-    _divergence(Path(out), pool.program(sha), overhead_limit)(a, b)
+    divergence_of(Path(out), pool.program(sha), overhead_limit)(a, b)
 
 
 def prefetch_divergences(out: Path, found: dict, by_name: dict, plan: Plan, workers: int | None,
@@ -128,7 +131,8 @@ def mechanisms_of(out: Path, found: dict, by_name: dict, ooms, plan: Plan,
                 tick(f"{trace} {pair[0]} at {pair[2].label}")
         sigs += mechanisms(program, ticked(pairs_of(curve.switches, curve.inversions)), SUBJECT_POLICY, RUNTIME,
                            counts=lambda run, p=program: _counts(out, p, run, plan),
-                           explain=_explained(out, ooms, program), divergence=_divergence(out, program, plan.overhead_limit),
+                           explain=_explained(out, ooms, program),
+                           divergence=divergence_of(out, program, plan.overhead_limit),
                            deepest=_deepest(out, program, plan))
     return tuple(sigs)
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..analysis.ablation import AblationRow
 from ..analysis.churn import Churn, compare_runs, storage_counts
-from ..analysis.divergence import Divergence, diverge
+from ..analysis.divergence import Divergence
 from ..analysis.feasibility import inversions
 from ..analysis.oom import OomReport, report_of
 from ..analysis.regimes import Switch, switches
@@ -38,11 +38,11 @@ from ..trace import load, shipped_traces
 from ..trace.lower import Program
 from .findings import Curve, StudyPair, curves, largest_switch, runs_of, study_pair
 from .leaderboard import Leaderboard
-from .mechanisms import mechanisms_of, pair_count, prefetch_divergences, runs_read
+from .mechanisms import divergence_of, mechanisms_of, pair_count, prefetch_divergences, runs_read
 from .memo import code_digest, memo
 from .refine import refine_to_fine
 from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
-from .runfacts import counts_of, keeping, prefetch
+from .runfacts import counts_of, facts, keeping, prefetch
 from .study import SHIPPED, STUDY_TRACES
 
 if TYPE_CHECKING:
@@ -307,7 +307,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         focus = None
         with stages.stage("churn and first divergence of the focus"):
             if focus_switch is not None:
-                focus = _focus(out, by_name[focus_switch[0]], focus_switch[1])
+                focus = _focus(out, by_name[focus_switch[0]], focus_switch[1], plan.overhead_limit)
         ablation = None
         with stages.stage("ablation table (16 ab-* policies)"):
             center = _ablation_center(found, focus_switch, pair)
@@ -451,23 +451,24 @@ def _evictions_per_storage(arrays: dict) -> np.ndarray:
     return every[every > 0]
 
 
-def _focus(out: Path, program: Program, sw: Switch) -> Focus:
+def _focus(out: Path, program: Program, sw: Switch, overhead_limit: float) -> Focus:
+    """The focus switch's churn, its runs' evictions per storage and its first divergence: from the
+    runs' facts (kept as the sweep ran them) where there are facts, else simulated here."""
     fast, slow = sw.fast, sw.slow
     a, b = Budget(fast.ratio, fast.budget_bytes), Budget(slow.ratio, slow.budget_bytes)
     key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
 
     def churn_and_histograms():
-        churn = compare_runs(program, a, b, SUBJECT_POLICY, RUNTIME)
-        _, xa = storage_counts(program, a.budget_bytes, SUBJECT_POLICY, RUNTIME)
-        _, xb = storage_counts(program, b.budget_bytes, SUBJECT_POLICY, RUNTIME)
-        return churn, _evictions_per_storage(xa), _evictions_per_storage(xb)
+        sides = [facts(out, program, run, overhead_limit) for run in (fast, slow)]
+        counts = None if None in sides else tuple((f.counters, f.arrays) for f in sides)
+        if counts is None:
+            counts = tuple(storage_counts(program, x.budget_bytes, SUBJECT_POLICY, RUNTIME) for x in (a, b))
+        churn = compare_runs(program, a, b, SUBJECT_POLICY, RUNTIME, counts=counts)
+        return churn, _evictions_per_storage(counts[0][1]), _evictions_per_storage(counts[1][1])
 
     churn, h_fast, h_slow = memo(out, "churn", key, churn_and_histograms)
-    try:
-        divergence = memo(out, "divergence", key, lambda: diverge(program, a, b, SUBJECT_POLICY, RUNTIME))
-    except UsageError:  # no compiled engine: the divergence needs its eviction log
-        divergence = None
-    return Focus(program.name, SUBJECT_POLICY, sw, churn, h_fast, h_slow, divergence)
+    return Focus(program.name, SUBJECT_POLICY, sw, churn, h_fast, h_slow,
+                 divergence_of(out, program, overhead_limit)(fast, slow))
 
 
 def _explain(program: Program, budget_bytes: int, policy: str, seed: int) -> tuple[OomReport, np.ndarray]:
