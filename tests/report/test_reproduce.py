@@ -360,6 +360,19 @@ def test_the_same_figure_gives_the_same_bytes(shipped, tmp_path):
     assert b"dc:date" not in svg_a.read_bytes()
 
 
+@pytest.mark.slow
+def test_figures_drawn_on_worker_processes_are_the_same_files(shipped, tmp_path):
+    from dtrlab.report import write
+
+    got = {j: write._figures(replace(shipped, out_dir=tmp_path / str(j)), workers=j) for j in (1, 2)}
+    assert list(got[1]) == list(got[2]) and len(got[1]) >= 5  # the same figures, in the same order
+    for name, files in got[1].items():
+        for kind in ("png", "svg"):
+            assert files[kind].read_bytes() == got[2][name][kind].read_bytes(), (name, kind)
+    drawn = (tmp_path / "2" / "figures" / "digests.json").read_text()
+    assert sorted(json.loads(drawn)) == sorted(got[2])  # each recorded as drawn
+
+
 # --- what the report may say: runs that were made, in words a newcomer can read --------------
 
 

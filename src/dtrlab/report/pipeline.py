@@ -381,7 +381,7 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
     with stages.stage("figures, report.html, summary.md, results.parquet"):
         export(out / STORE_NAME, "parquet", out / "results.parquet")
         with stages.ticker("figures") as ticker:
-            repro = replace(repro, figures=write_all(repro, ticker.tick))
+            repro = replace(repro, figures=write_all(repro, ticker.tick, workers))
     return repro
 
 

@@ -16,7 +16,7 @@ import pickle
 from pathlib import Path
 
 from .. import __version__
-from . import leaderboard, plots
+from . import leaderboard, plots, pool
 from .html import render_html, render_markdown
 from .memo import code_digest
 from .plan import FINE_STEP, SUBJECT_POLICY, fine_neighbours
@@ -50,19 +50,28 @@ class _Drawn:
         if not isinstance(self.digests, dict):
             self.digests = {}
 
-    def files(self, name: str, draw, args: tuple) -> tuple[Path, Path]:
+    def draw(self, jobs: list[tuple], workers: int | None, tick) -> None:
+        """Draw each (name, draw, args) of `jobs` whose digest or files the folder lacks, on `workers`
+        processes (report.pool); tick(name) after each job, drawn or not."""
         from importlib import metadata
 
-        digest = hashlib.sha256(_canonical_bytes((name, args, metadata.version("matplotlib"), code_digest())))
-        digest = digest.hexdigest()
-        png, svg = self.folder / f"{name}.png", self.folder / f"{name}.svg"
-        if self.digests.get(name) == digest and png.is_file() and svg.is_file():
-            return png, svg
-        self.digests.pop(name, None)  # a figure half written is never taken as drawn
+        version = metadata.version("matplotlib")
+        todo, digests = [], {}
+        for name, draw, args in jobs:
+            data = _canonical_bytes((name, args, version, code_digest()))
+            digests[name] = hashlib.sha256(data).hexdigest()
+            png, svg = self.folder / f"{name}.png", self.folder / f"{name}.svg"
+            if self.digests.get(name) == digests[name] and png.is_file() and svg.is_file():
+                tick(name)
+            else:
+                self.digests.pop(name, None)  # a figure half written is never taken as drawn
+                todo.append((len(data), pool.Task(_draw, (str(self.folder), name, draw, args), name)))
+        if todo:
+            self.save()
+            # the most data first: the longest to draw, as a rule
+            pool.run_tasks([t for _, t in sorted(todo, key=lambda x: -x[0])], {}, workers, tick)
+        self.digests.update(digests)
         self.save()
-        png, svg = plots.save(draw(*args), self.folder, name)
-        self.digests[name] = digest
-        return png, svg
 
     def save(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -71,16 +80,21 @@ class _Drawn:
         os.replace(partial, self.folder / self.FILE)
 
 
-def _figures(repro, tick=lambda _what: None) -> dict[str, dict]:
-    """name -> {png, svg, caption}; drawn from the reproduction, nothing simulated here; tick(name)
-    after each."""
+def _draw(folder: str, name: str, draw, args: tuple) -> None:
+    plots.save(draw(*args), Path(folder), name)
+
+
+def _figures(repro, tick=lambda _what: None, workers: int | None = 1) -> dict[str, dict]:
+    """name -> {png, svg, caption}; drawn from the reproduction, nothing simulated here, on `workers`
+    processes (default: this one); tick(name) after each."""
     drawn = _Drawn(repro.out_dir / "figures")
     out: dict[str, dict] = {}
+    jobs: list[tuple] = []
 
     def keep(name, caption, draw, *args):
-        png, svg = drawn.files(name, draw, args)
-        out[name] = {"png": png, "svg": svg, "caption": caption}
-        tick(name)
+        folder = drawn.folder
+        out[name] = {"png": folder / f"{name}.png", "svg": folder / f"{name}.svg", "caption": caption}
+        jobs.append((name, draw, args))
 
     paper = set(repro.plan.policies)
     for info in repro.traces:
@@ -134,7 +148,7 @@ def _figures(repro, tick=lambda _what: None) -> dict[str, dict]:
     if repro.leaderboard is not None:
         keep("leaderboard", "Every ranked policy's overhead against budget on each trace (feasible budgets; log scale).",
              leaderboard.figure, repro.leaderboard)
-    drawn.save()
+    drawn.draw(jobs, workers, tick)
     return out
 
 
@@ -169,9 +183,9 @@ def new_runs_line(repro) -> str:
     return f"{repro.new_runs:,} new runs, {len(repro.frame) - repro.new_runs:,} from the store{solves}"
 
 
-def write_all(repro, tick=lambda _what: None) -> dict:
-    """The figures (tick(name) after each), report.html and summary.md."""
-    figures = _figures(repro, tick)
+def write_all(repro, tick=lambda _what: None, workers: int | None = 1) -> dict:
+    """The figures (on `workers` processes; tick(name) after each), report.html and summary.md."""
+    figures = _figures(repro, tick, workers)
     (repro.out_dir / "report.html").write_text(render_html(repro, figures), encoding="utf-8")
     (repro.out_dir / "summary.md").write_text(render_markdown(repro, figures), encoding="utf-8")
     return figures
