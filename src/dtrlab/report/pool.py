@@ -2,7 +2,8 @@
 nothing comes back but its completion.
 
 Owns `run_tasks` (spawned processes, not forked: the report's process holds the store's threads and
-the progress bar's) and the programs a worker loads once, at its start (`program`).
+the progress bar's) and what a worker takes once, at its start: the programs (`program`) and the
+formula policies the report's process registered by name.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable
 
+from ..sim.policies import register_policy, registered_formulas
 from ..trace.lower import Program
 
 _PROGRAMS: dict[str, Program] = {}  # a worker's programs, by sha256
@@ -33,8 +35,10 @@ def program(sha256: str) -> Program:
     return _PROGRAMS[sha256]
 
 
-def _init(programs: dict[str, Program]) -> None:
+def _init(programs: dict[str, Program], policies: dict[str, tuple[str, str]] | None = None) -> None:
     _PROGRAMS.update(programs)
+    for name, (text, description) in (policies or {}).items():  # the parent's own named formulas
+        register_policy(name, text, description=description, replace=True)
 
 
 def _call(fn: Callable, args: tuple) -> None:
@@ -56,7 +60,7 @@ def run_tasks(tasks: list[Task], programs: dict[str, Program], workers: int | No
             _PROGRAMS.clear()
         return
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
-                             initargs=(programs,)) as pool:
+                             initargs=(programs, registered_formulas())) as pool:
         futures = {pool.submit(_call, task.fn, task.args): task for task in tasks}
         for done in as_completed(futures):
             done.result()

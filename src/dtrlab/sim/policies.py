@@ -205,6 +205,13 @@ def register_policy(name: str, score: str | Formula | Score | None,
     return policy
 
 
+def registered_formulas() -> dict[str, tuple[str, str]]:
+    """name -> (formula text, description) of each formula policy registered in this process beyond
+    the built-ins: what another process registers to know them by name (report.pool's workers)."""
+    return {k: (p.formula.text, p.description) for k, p in POLICIES.items()
+            if not p.builtin and p.formula is not None}
+
+
 def _register_builtins() -> None:
     for name, text, ref, desc in [*_BUILTINS, *_ablations()]:
         register_policy(name, text, reference=ref, description=desc, builtin=True)
