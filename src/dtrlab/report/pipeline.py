@@ -273,7 +273,8 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         with stages.stage("coarse curves", f": {len(plan.policies)} policies x {len(plan.coarse())} budgets"):
             coarse = plan.coarse()  # none in a plan of fine windows only
             # The subject policy's runs keep their facts as they run: churn and mechanisms read them.
-            specs = keeping(build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit), out) if coarse else []
+            specs = (keeping(build_specs(path, programs, plan.policies, [RUNTIME], coarse, **limit), out)
+                     if coarse else [])
             new_runs += _sweep(specs, store, plan, workers, progress)
         ranked = list(specs)  # what the leaderboard reads: the coarse curves, the windows, its own runs
         with stages.stage("fine scans around every switch and failure", f" ({FINE_STEP} steps)"):

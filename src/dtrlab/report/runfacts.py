@@ -4,8 +4,9 @@ Owns RunFacts (the run's counters, its per-storage counts, its deepest moment an
 policy-eviction log), their place in the report's memo, `sweep_run`, which keeps them as the sweep's
 workers run the report's curves, and `prefetch`, which simulates the missing ones (report.pool). A run
 that finished or ran out of memory is the same run with the overhead cap or without it; a run the cap
-stopped is replayed with that cap, so its facts are of the run as far as the cap let it go. Without the compiled engine there are no facts:
-each consumer then takes its own path (analysis.churn, analysis.mechanism, analysis.divergence).
+stopped is replayed with that cap, so its facts are of the run as far as the cap let it go. Without
+the compiled engine there are no facts: each consumer then takes its own path (analysis.churn,
+analysis.mechanism, analysis.divergence).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def sweep_run(program: Program, spec, folder: str) -> RunResult:
     result = result_of(program, spec.budget_bytes, pol, rt, dict(got.counters), "c")
     limit = _cap(result, spec.overhead_limit)
     try:
-        memo(Path(folder), "facts", _key(program, spec.budget_bytes, limit), lambda: replace(got, capped=limit is not None))
+        memo(Path(folder), "facts", _key(program, spec.budget_bytes, limit),
+             lambda: replace(got, capped=limit is not None))
     except OSError:  # a worker that cannot write there (another machine): prefetch runs it again
         pass
     return result
