@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.ablation import AblationRow
-from ..analysis.churn import Churn, compare_runs, storage_counts
+from ..analysis.churn import Churn, compare_runs
 from ..analysis.divergence import Divergence
 from ..analysis.feasibility import inversions
 from ..analysis.oom import OomReport, report_of
@@ -42,7 +42,7 @@ from .mechanisms import divergence_of, mechanisms_of, pair_count, prefetch_diver
 from .memo import code_digest, memo
 from .refine import refine_to_fine
 from .plan import FINE_STEP, FULL, QUICK, RUNTIME, SUBJECT_POLICY, SWITCH_FACTOR, Plan
-from .runfacts import counts_of, facts, keeping, prefetch
+from .runfacts import counted, counts_of, keeping, prefetch
 from .study import SHIPPED, STUDY_TRACES
 
 if TYPE_CHECKING:
@@ -460,10 +460,7 @@ def _focus(out: Path, program: Program, sw: Switch, overhead_limit: float) -> Fo
     key = {"trace": program.sha256, "a": a.budget_bytes, "b": b.budget_bytes, "policy": SUBJECT_POLICY}
 
     def churn_and_histograms():
-        sides = [facts(out, program, run, overhead_limit) for run in (fast, slow)]
-        counts = None if None in sides else tuple((f.counters, f.arrays) for f in sides)
-        if counts is None:
-            counts = tuple(storage_counts(program, x.budget_bytes, SUBJECT_POLICY, RUNTIME) for x in (a, b))
+        counts = tuple(counted(out, program, run, overhead_limit) for run in (fast, slow))
         churn = compare_runs(program, a, b, SUBJECT_POLICY, RUNTIME, counts=counts)
         return churn, _evictions_per_storage(counts[0][1]), _evictions_per_storage(counts[1][1])
 

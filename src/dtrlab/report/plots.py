@@ -30,10 +30,15 @@ LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxe
 SVG_HASH_SALT = "dtrlab"
 
 
+def files(folder: Path, name: str) -> tuple[Path, Path]:
+    """Where `save` writes a figure: name.png and name.svg in folder."""
+    return folder / f"{name}.png", folder / f"{name}.svg"
+
+
 def save(fig, folder: Path, name: str) -> tuple[Path, Path]:
     """Write name.png and name.svg, the same bytes for the same figure; close the figure."""
     folder.mkdir(parents=True, exist_ok=True)
-    png, svg = folder / f"{name}.png", folder / f"{name}.svg"
+    png, svg = files(folder, name)
     # The tight box measured once, for both files: "tight" would draw the figure once more per file.
     box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
     fig.savefig(png, dpi=110, bbox_inches=box)

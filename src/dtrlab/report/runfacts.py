@@ -122,13 +122,18 @@ def _memo(out: Path, program: Program, budget_bytes: int, limit: float | None) -
     return memo(out, "facts", _key(program, budget_bytes, limit), lambda: _simulate(program, budget_bytes, limit))
 
 
-def counts_of(out: Path, program: Program, run, overhead_limit: float) -> dict:
-    """The run's per-storage counts (storage_counts' arrays): its facts', or without the compiled
+def counted(out: Path, program: Program, run, overhead_limit: float) -> tuple[dict, dict]:
+    """The run's storage_counts (counters, per-storage arrays): its facts', or without the compiled
     engine a run of the Python engine (with the cap, for a capped run)."""
     got = facts(out, program, run, overhead_limit)
     if got is not None:
-        return got.arrays
-    return storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, _cap(run, overhead_limit))[1]
+        return got.counters, got.arrays
+    return storage_counts(program, run.budget_bytes, SUBJECT_POLICY, RUNTIME, _cap(run, overhead_limit))
+
+
+def counts_of(out: Path, program: Program, run, overhead_limit: float) -> dict:
+    """The run's per-storage counts (counted's arrays)."""
+    return counted(out, program, run, overhead_limit)[1]
 
 
 # --- simulating many on worker processes ------------------------------------------------------------

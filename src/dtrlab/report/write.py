@@ -60,8 +60,7 @@ class _Drawn:
         for name, draw, args in jobs:
             data = _canonical_bytes((name, args, version, code_digest()))
             digests[name] = hashlib.sha256(data).hexdigest()
-            png, svg = self.folder / f"{name}.png", self.folder / f"{name}.svg"
-            if self.digests.get(name) == digests[name] and png.is_file() and svg.is_file():
+            if self.digests.get(name) == digests[name] and all(f.is_file() for f in plots.files(self.folder, name)):
                 tick(name)
             else:
                 self.digests.pop(name, None)  # a figure half written is never taken as drawn
@@ -92,8 +91,8 @@ def _figures(repro, tick=lambda _what: None, workers: int | None = 1) -> dict[st
     jobs: list[tuple] = []
 
     def keep(name, caption, draw, *args):
-        folder = drawn.folder
-        out[name] = {"png": folder / f"{name}.png", "svg": folder / f"{name}.svg", "caption": caption}
+        png, svg = plots.files(drawn.folder, name)
+        out[name] = {"png": png, "svg": svg, "caption": caption}
         jobs.append((name, draw, args))
 
     paper = set(repro.plan.policies)

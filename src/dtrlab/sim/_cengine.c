@@ -701,23 +701,6 @@ static void rebuild_group(St *S, int forward, const i32 *bases, int nb) {
         }
         row[j] = r->w + (tlo - r->lo);
     }
-    if (nb <= 4) { /* the usual group: a pass a base, its compute summed in a register */
-        for (int j = 0; j < nb; j++) {
-            const u64 mine = ((u64)1) << j;
-            u64 *rw = row[j];
-            i64 sum = 0;
-            for (i32 i = 0; i < ntouched; i++) {
-                const i32 x = S->touched[i];
-                if (S->lab[x] & mine) {
-                    rw[(x >> 6) - tlo] |= ((u64)1) << (x & 63);
-                    sum += S->s_compute[x];
-                }
-            }
-            comp[bases[j]] += sum;
-        }
-        for (i32 i = 0; i < ntouched; i++) S->lab[S->touched[i]] = 0;
-        return;
-    }
     for (i32 i = 0; i < ntouched; i++) {
         i32 x = S->touched[i];
         const i64 c = S->s_compute[x];

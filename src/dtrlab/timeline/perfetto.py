@@ -260,10 +260,7 @@ def write_perfetto(tl: Timeline, path: str | Path) -> PerfettoStats:
                 a.int_value = int(value)
 
         first_ts = plan[0][3] if plan else (tl.window.start_ns if tl.window else 1)
-        p = packet(first_ts)
-        p.track_event.type, p.track_event.track_uuid = TrackEvent.TYPE_COUNTER, BUDGET
-        p.track_event.counter_value = tl.budget_bytes
-        out.write(p)
+        out.counter(first_ts, BUDGET, tl.budget_bytes)
         n["packets"] += 1
         n["counter_values"] += 1
         columns = {track: getattr(log, name).tolist() for track, name in COUNTERS}
