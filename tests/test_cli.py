@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 import dtrlab.cli as cli
 from conftest import REFERENCE, TRACES, needs_shared, parity_rows
 from conftest import cli_invoke as run
-from dtrlab.cli import app
+from dtrlab.cli import full_app
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "src" / "dtrlab" / "data" / "examples" / "tiny.jsonl"
@@ -319,8 +320,37 @@ def _modules_after(code: str, *argv: str, tmp_path: Path) -> set[str]:
 
 def test_importing_the_cli_loads_no_heavy_library(tmp_path):
     loaded = _modules_after("import dtrlab.cli", tmp_path=tmp_path)
-    assert "dtrlab.cli" in loaded and "dtrlab.cli.sweep" in loaded  # the commands are registered
-    assert sorted(m for m in HEAVY if m in loaded) == []
+    assert "dtrlab.cli" in loaded
+    assert sorted(m for m in (*HEAVY, *cli.EXTENSIONS) if m in loaded) == []  # a command's module: when run
+
+
+def test_the_extensions_table_names_what_each_module_registers():
+    for module, names in cli.EXTENSIONS.items():
+        target = typer.Typer()
+        importlib.import_module(module).register(target)
+        assert sorted(cli._name(i) for i in [*target.registered_commands, *target.registered_groups]) \
+            == sorted(names), module
+
+
+@pytest.mark.parametrize("args, names", [
+    (["simulate", "--ratio", "0.5"], ["simulate"]),
+    (["--debug", "sweep", "--help"], ["sweep"]),
+    (["schedule", "check", "--help"], ["schedule"]),
+    (["trace", "info"], ["trace"]),
+    (["--help", "simulate"], None),  # root help: every command
+    (["--version"], None),
+    (["simulat"], None),  # misspelt: click's own message, with every name to suggest from
+])
+def test_a_run_builds_only_the_command_it_names(args, names):
+    every = sorted(cli._name(i) for a in [cli.full_app()] for i in [*a.registered_commands, *a.registered_groups])
+    made = cli._app_for(args)
+    got = sorted(cli._name(i) for i in [*made.registered_commands, *made.registered_groups])
+    assert got == (every if names is None else names)
+
+
+def test_a_misspelt_command_is_one_line_naming_the_nearest():
+    result = run("simulat")
+    assert result.exit_code == 2 and "No such command 'simulat'" in result.stderr
 
 
 def test_help_loads_neither_numpy_nor_rich_help_nor_pydantic(tmp_path):
@@ -389,8 +419,8 @@ def test_every_command_is_documented():
     root = Path(__file__).resolve().parents[1]
     text = " ".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
     text = " ".join(text.split())
-    missing = [name for name in _command_names(app) if f"dtrlab {name}" not in text]
-    assert len(_command_names(app)) > 20 and not missing, missing
+    missing = [name for name in _command_names(full_app()) if f"dtrlab {name}" not in text]
+    assert len(_command_names(full_app())) > 20 and not missing, missing
 
 
 def test_the_docs_speak_to_a_reader_without_the_tracker():

@@ -96,7 +96,7 @@ def test_plain_conversion_gives_what_typer_gives(args, capsys):
 def test_every_dtrlab_parameter_gets_a_plain_converter():
     import dtrlab.cli
 
-    command = get_command(dtrlab.cli.app)  # the root group applies plain_coercions as it is made
+    command = get_command(dtrlab.cli.full_app())  # the root group applies plain_coercions as it is made
     missing = []
 
     def walk(cmd, path):

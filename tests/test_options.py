@@ -31,7 +31,7 @@ def commands() -> dict[str, list]:
         else:
             out[path] = [p for p in command.params if getattr(p, "param_type_name", "") == "option"]
 
-    walk(typer.main.get_command(cli.app), "")
+    walk(typer.main.get_command(cli.full_app()), "")
     return {k: v for k, v in out.items() if k}
 
 

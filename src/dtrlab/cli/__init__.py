@@ -5,12 +5,21 @@ Owns argument checking and printing; a DtrlabError becomes one line `dtrlab: ...
 
 from __future__ import annotations
 
+import copy
+import gc
 import importlib
+import os
 import sys
-from typing import Any, List, Optional
+from typing import Any, Iterable, List, Optional
+
+# dtrlab does no linear algebra, and numpy's OpenBLAS starts a thread per core that spins ~0.1 s of
+# CPU after numpy loads: on a 2-core machine, a core taken from every dtrlab process and each of its
+# workers (which inherit this). Set before anything imports numpy; a user's own setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer
 from typer.core import TyperGroup
+from typer.main import get_command_name
 
 from ..version import __version__
 from ..coercion import plain_coercions
@@ -403,13 +412,23 @@ def traces_remove(name: str = typer.Argument(..., metavar="NAME", help="The set 
 
 # --- other modules' commands --------------------------------------------------------------------
 
-# Each of these modules, when present, adds its commands with `register(app)`.
-EXTENSIONS = ("dtrlab.cli.sweep", "dtrlab.cli.analysis", "dtrlab.cli.report",
-              "dtrlab.cli.capture", "dtrlab.cli.timeline", "dtrlab.cli.live",
-              "dtrlab.cli.schedule", "dtrlab.cli.optimal", "dtrlab.cli.staged")
+# Each of these modules, when present, adds its commands with `register(app)`, named here so that a
+# run imports only the module of the command it names (tests/test_cli.py checks the names against
+# what each module registers).
+EXTENSIONS = {
+    "dtrlab.cli.sweep": ("sweep", "results"),
+    "dtrlab.cli.analysis": ("scan", "explain-oom", "compare", "diverge", "bisect", "ablate", "estar-drift", "rank"),
+    "dtrlab.cli.report": ("reproduce",),
+    "dtrlab.cli.capture": ("capture",),
+    "dtrlab.cli.timeline": ("timeline",),
+    "dtrlab.cli.live": ("run",),
+    "dtrlab.cli.schedule": ("schedule",),
+    "dtrlab.cli.optimal": ("optimal",),
+    "dtrlab.cli.staged": ("stage",),
+}
 
 
-def _register_extensions(target: typer.Typer, names: tuple[str, ...] = EXTENSIONS) -> None:
+def _register_extensions(target: typer.Typer, names: Iterable[str] = EXTENSIONS) -> None:
     for name in names:
         try:
             module = importlib.import_module(name)
@@ -422,13 +441,44 @@ def _register_extensions(target: typer.Typer, names: tuple[str, ...] = EXTENSION
         module.register(target)
 
 
-_register_extensions(app)
+def _name(info: Any) -> str:
+    """A registered command's or group's name, as the command line spells it."""
+    return info.name or get_command_name(info.callback.__name__)
+
+
+def _with(commands: list, groups: list) -> typer.Typer:
+    """A copy of the root app (its settings and callback) holding these commands and groups."""
+    made = copy.copy(app)
+    made.registered_commands, made.registered_groups = list(commands), list(groups)
+    return made
+
+
+def full_app() -> typer.Typer:
+    """The root app with every command: dtrlab's own (`app`) and every present extension's."""
+    made = _with(app.registered_commands, app.registered_groups)
+    _register_extensions(made)
+    return made
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app that runs args: only the command they name, with its module alone imported, when the
+    name is one dtrlab knows; else (root help, a misspelt name) every command. Typer builds every
+    command it holds on each run, so the narrow app saves the other commands' imports and building."""
+    name = next((a for a in args if not a.startswith("-")), None)
+    if name is None or {"--help", "--version"} & set(args[:args.index(name)]):
+        return full_app()
+    made = _with(app.registered_commands, app.registered_groups)
+    _register_extensions(made, [m for m, names in EXTENSIONS.items() if name in names])
+    commands = [c for c in made.registered_commands if _name(c) == name]
+    groups = [g for g in made.registered_groups if _name(g) == name]
+    return _with(commands, groups) if commands or groups else full_app()
 
 
 def main(argv: list[str] | None = None) -> None:
     """The `dtrlab` console script: user errors are one line on stderr and exit code 2."""
     try:
-        code = app(args=argv, prog_name="dtrlab", standalone_mode=False)
+        args = sys.argv[1:] if argv is None else list(argv)
+        code = _app_for(args)(args=args, prog_name="dtrlab", standalone_mode=False)
     except DtrlabError as exc:  # raised outside a command (a command's own are handled by _Group)
         typer.echo(f"dtrlab: {exc}", err=True)
         code = USER_ERROR_EXIT
@@ -440,4 +490,9 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         typer.echo("dtrlab: aborted", err=True)
         code = 1
+    if argv is None:
+        # The console script's process ends here. Its last collection would walk every object the
+        # imports made (numpy's, typer's, rich's): ~10% of a cached `simulate`. Frozen, they are
+        # freed as ever, unwalked. (A caller passing argv, such as a test, keeps its collector.)
+        gc.freeze()
     sys.exit(code if isinstance(code, int) else 0)

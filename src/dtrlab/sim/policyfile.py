@@ -22,15 +22,18 @@ from ..errors import DtrlabError, TraceError, UsageError
 from . import formula as fm
 from .policies import DEFAULT_POLICY, get_policy, is_reserved, register_policy
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 TABLE = "policies"
 KEYS = {"score": True, "description": False}  # key -> required
 _TOML_AT = re.compile(r"^(?P<reason>.*?) \(at line (?P<line>\d+), column \d+\)$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def _toml():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib
 
 
 class PolicyFileError(TraceError):
@@ -64,6 +67,7 @@ def read_policy_file(path: str | Path) -> tuple[Declared, ...]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read the policy file ({exc.strerror or exc})") from None
+    tomllib = _toml()  # imported when a file is read: a plain simulate reads none
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
