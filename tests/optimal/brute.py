@@ -85,3 +85,49 @@ def small_program(seed: int, n_ops: int, max_outputs: int = 2):
     name = f"small-{seed}"
     source = TraceSource(name, name, f"{name}.jsonl", None, lambda: data)
     return lower(TraceText(source, hashlib.sha256(data).hexdigest(), tuple(instructions), 0))
+
+
+def rnn_program(seed: int, cells: int):
+    """A small recurrent step (a chain of cells, then its backward in reverse), lowered in memory: per
+    cell a pre-activation and a state from the last state and a weight; the backward reads them back,
+    accumulating the weight's gradient. Sizes and times drawn from `seed`."""
+    import hashlib
+    import random
+
+    from dtrlab.trace.lower import lower
+    from dtrlab.trace.read import (BACKWARD, Alias, Annotate, Call, Constant, Memory, Release, TraceSource,
+                                   TraceText)
+    from dtrlab.trace.write import format_trace
+
+    rng = random.Random(seed)
+    out: list = []
+
+    def emit(make, *fields):
+        out.append(make(len(out) + 1, *fields))
+
+    def call(name, args, result, size):
+        emit(Call, name, tuple(args), (result,), rng.randint(1, 100))
+        emit(Memory, result, size)
+        emit(Alias, result, -1)
+
+    state, pre = 4 * rng.randint(2, 8), 4 * rng.randint(2, 16)
+    emit(Constant, "w")
+    emit(Memory, "w", 4 * rng.randint(1, 8))
+    call("init", ["w"], "h0", state)
+    for t in range(1, cells + 1):
+        call("mm", [f"h{t - 1}", "w"], f"a{t}", pre)
+        call("tanh", [f"a{t}"], f"h{t}", state)
+    emit(Annotate, BACKWARD)
+    call("loss_backward", [f"h{cells}"], f"g{cells}", state)
+    for t in range(cells, 0, -1):
+        call("tanh_backward", [f"g{t}", f"a{t}"], f"ga{t}", pre)
+        call("mm_backward_w", [f"ga{t}", f"h{t - 1}"], f"gw{t}", state)
+        call("mm_backward", [f"ga{t}", "w"], f"g{t - 1}", state)
+        for name in (f"a{t}", f"ga{t}", f"g{t}", f"h{t}"):
+            emit(Release, name)
+    emit(Release, "g0")
+    emit(Release, "h0")
+    data = format_trace(out).encode()
+    name = f"rnn-{seed}"
+    source = TraceSource(name, name, f"{name}.jsonl", None, lambda: data)
+    return lower(TraceText(source, hashlib.sha256(data).hexdigest(), tuple(out), 0))

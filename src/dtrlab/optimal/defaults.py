@@ -23,6 +23,9 @@ DEFAULT_THREADS = 1
 # schedule for it and for every larger one.
 PORTFOLIO = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "dtr-ancestors-sq", "dtr-ancestors",
              "dtr-cost-sq")
+# And one maker that is no eviction policy: the chain schedule (chain.py), a checkpointing plan over the
+# forward's stages, the portfolio's one answer where every policy thrashes or runs out of memory.
+CHAIN_MAKER = "chain"
 
 # The name a sweep (and its store's policy column) gives the solver: one more maker of results beside
 # the eviction policies (`dtrlab sweep --policy optimal`). No eviction policy may take it.
@@ -58,5 +61,5 @@ class SolveSettings:
         key = {"solver": self.solver, "time_limit_s": self.time_limit_s, "gap": self.gap,
                "bound_only": self.bound_only}
         if self.bound_only:  # its answer is the portfolio's too
-            key["portfolio"] = list(PORTFOLIO)
+            key["portfolio"] = [*PORTFOLIO, CHAIN_MAKER]
         return key

@@ -19,7 +19,8 @@ from ..schedule.check import Replay, check_schedule
 from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
 from .bound import crossing_bound_ns
-from .defaults import (DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, PORTFOLIO, SOLVERS,
+from .chain import best_chain_schedule
+from .defaults import (CHAIN_MAKER, DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, PORTFOLIO, SOLVERS,
                        SolveSettings)
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
@@ -266,10 +267,11 @@ def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_
 
 def portfolio_best(program: Program, budget_bytes: int, say=lambda _msg: None,
                    policies: tuple[str, ...] = PORTFOLIO) -> tuple[float | None, tuple | None]:
-    """DTR's overhead at this budget (None: it did not end ok), and (recompute ns, schedule, policy,
-    scale) of the cheapest run among `policies` at the budget and at ENVELOPE_SCALES of it that ends ok,
-    or None. Each run is stopped once it costs more than the best so far (it could not be chosen), and
-    at the report's overhead cap before there is one (a thrash can run for minutes on a long trace)."""
+    """DTR's overhead at this budget (None: it did not end ok), and (recompute ns, schedule, maker,
+    scale) of the cheapest schedule that ends ok: the runs of `policies` at the budget and at
+    ENVELOPE_SCALES of it, and the chain schedule (chain.py), or None. Each run is stopped once it costs
+    more than the best so far (it could not be chosen), and at the report's overhead cap before there is
+    one (a thrash can run for minutes on a long trace)."""
     from ..schedule.emit import simulate_schedule
 
     dtr_overhead = best = None
@@ -282,6 +284,11 @@ def portfolio_best(program: Program, budget_bytes: int, say=lambda _msg: None,
             if result.outcome == "ok" and (best is None or result.remat_ns < best[0]):
                 best = (result.remat_ns, schedule, policy, scale)
                 say(f"best so far: {policy} at {scale} of the budget ({overhead_of(program, best[0]):.4f}x)")
+    limit_ns = (REPORT_OVERHEAD_LIMIT - 1) * program.compute_ns if best is None else best[0] - 1
+    chained = best_chain_schedule(program, budget_bytes, remat_limit_ns=limit_ns)
+    if chained is not None:
+        best = (chained.remat_ns, chained.schedule, CHAIN_MAKER, 1.0)
+        say(f"best so far: the chain schedule, {chained.slots} slots ({overhead_of(program, best[0]):.4f}x)")
     return dtr_overhead, best
 
 
