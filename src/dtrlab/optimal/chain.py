@@ -313,10 +313,6 @@ def _replay(f: _Facts, chain: Chain, held: tuple[tuple[int, ...], ...], budget_b
             stack.pop()
             for s in mine:
                 locked[s] -= 1
-            for s in mine:  # read by nothing ahead, held by no caller and no plan: gone now
-                if (resident[s] and not locked[s] and not f.s_constant[s] and rank[s] != _HELD
-                        and next_use(s) == _NEVER):
-                    free(s)
             if stack:  # the caller holds what was made for it until it runs
                 for u in f.outs[o]:
                     s = f.t_storage[u]

@@ -20,8 +20,8 @@ from ..schedule.format import COMPUTE, FREE, Schedule
 from ..trace.lower import Program
 from .bound import crossing_bound_ns
 from .chain import best_chain_schedule
-from .defaults import (CHAIN_MAKER, DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S, PORTFOLIO, SOLVERS,
-                       SolveSettings)
+from .defaults import (CHAIN_MAKER, DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S,
+                       PORTFOLIO, SOLVERS, SolveSettings)
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .warm import start_of_schedule
