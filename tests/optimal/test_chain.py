@@ -48,6 +48,7 @@ def test_the_dynamic_program_s_closed_forms(length):
     assert costs == sorted(costs, reverse=True)  # a slot more never costs more
 
 
+@pytest.mark.slow
 def test_a_chain_schedule_replays_within_its_budget_and_never_beats_brute_force():
     made = 0
     for seed in range(12):
@@ -64,6 +65,7 @@ def test_a_chain_schedule_replays_within_its_budget_and_never_beats_brute_force(
     assert made >= 12  # most of these small recurrences are chains
 
 
+@pytest.mark.slow
 def test_the_shipped_lstm_is_cut_where_the_least_bytes_cross():
     """The cut rule, counted naively: between each two forward operators, the storages made before and
     read by a forward operator after; cuts where those bytes are at most the least over the middle half
