@@ -54,14 +54,17 @@ class StepGraph:
     # previous step's gradients, when the step sets new ones without reading them (zero_grad).
     dropped: tuple[int, ...] = ()
 
-    def inputs(self, args: tuple, holders: Holders, release: bool = True) -> tuple[list, list]:
+    def inputs(self, args: tuple, holders: Holders, release: bool = True,
+               held: "Held | None" = None) -> tuple[list, list]:
         """(every input, the step's arguments then lifted_state, for write_back; the graph's own).
         release: a dropped gradient is let go first, its parameter's .grad set to None as the step
-        itself does before it makes a new one, so that it is not held while the graph runs."""
-        every = list(args) + lifted_state(holders)
+        itself does before it makes a new one, so that it is not held while the graph runs. held:
+        the holders' tensors as taken for this call (held_by), else taken here."""
+        held = held or held_by(holders)
+        every = list(args) + held.state
         if self.dropped and release:
             gone = {id(every[k]) for k in self.dropped}
-            for p in _params(holders):
+            for p in held.params:
                 if p.grad is not None and id(p.grad) in gone:
                     p.grad = None
             for k in self.dropped:
@@ -122,11 +125,25 @@ def _params(holders: Holders) -> list[torch.Tensor]:
     return list(seen.values())
 
 
-def lifted_state(holders: Holders) -> list[torch.Tensor]:
-    """The tensors a step reads and may write, in a fixed order: parameters, buffers, existing
-    gradients, optimizer state; each once."""
-    seen: dict[int, torch.Tensor] = {}
+@dataclass(frozen=True)
+class Held:
+    """The holders' tensors at one moment: params (_params), state (lifted_state). A staged step takes
+    them once a call, for the structure's check and the graph's inputs alike (each walks every module)."""
+
+    params: list
+    state: list
+
+
+def held_by(holders: Holders) -> Held:
     params = _params(holders)
+    return Held(params, lifted_state(holders, params))
+
+
+def lifted_state(holders: Holders, params: list | None = None) -> list[torch.Tensor]:
+    """The tensors a step reads and may write, in a fixed order: parameters, buffers, existing
+    gradients, optimizer state; each once. params: _params(holders), when already taken."""
+    seen: dict[int, torch.Tensor] = {}
+    params = _params(holders) if params is None else params
     for p in params:
         seen.setdefault(id(p), p)
     for m in holders.modules:
@@ -147,13 +164,14 @@ def _opt_params(o: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p for g in o.param_groups for p in g["params"]]
 
 
-def structure_key(holders: Holders, args: tuple) -> tuple:
+def structure_key(holders: Holders, args: tuple, held: Held | None = None) -> tuple:
     """What a traced graph is specific to: every lifted tensor's shape, strides and dtype, which
     parameters have a gradient, which state entries each optimizer holds, the arguments' shapes."""
     def sig(t):
         return (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad)
-    state = tuple(sig(t) for t in lifted_state(holders))
-    grads = tuple(p.grad is not None for p in _params(holders))
+    held = held or held_by(holders)
+    state = tuple(sig(t) for t in held.state)
+    grads = tuple(p.grad is not None for p in held.params)
     opt = tuple(tuple(tuple(sorted(o.state.get(p, {}))) for p in _opt_params(o)) for o in holders.optimizers)
     hyper = tuple(_hyperparameters(o) for o in holders.optimizers)
     argsig = tuple(sig(a) if isinstance(a, torch.Tensor) else ("value", repr(a)) for a in args)

@@ -20,7 +20,7 @@ from ..schedule.emit import simulate_schedule
 from ..sim.result import OK
 from ..sim.simulate import baseline, budget_from_ratio, check_budget_bytes
 from ..trace.lower import Program
-from .graph import Holders, StepGraph, find_holders, structure_key, trace_step, write_back
+from .graph import Held, Holders, StepGraph, find_holders, held_by, structure_key, trace_step, write_back
 from .lower import GraphMap, lower_graph
 from .measure import MeasuredPeak, measure_peak
 from .rewrite import rewrite
@@ -112,14 +112,19 @@ class StagedStep:
     def plan(self) -> Plan:
         return self.plans[-1]
 
-    def _current(self, args: tuple) -> Plan:
-        if structure_key(self.holders, args) != self.plan.graph.key:
+    def _current(self, args: tuple) -> tuple[Plan, Held]:
+        """The plan for the state as it is (planned again if its structure changed), and the holders'
+        tensors, taken once for both (again after a new plan, whose tracing may have made state)."""
+        held = held_by(self.holders)
+        if structure_key(self.holders, args, held) != self.plan.graph.key:
             self.plans.append(self._plan(args))
-        return self.plan
+            held = held_by(self.holders)
+        return self.plan, held
 
     def __call__(self, *args):
-        p = self._current(args)
-        every, inputs = p.graph.inputs(args, self.holders)
+        p, held = self._current(args)
+        every, inputs = p.graph.inputs(args, self.holders, held=held)
+        del held  # it holds the previous gradients the graph lets go
         # The graph is the backward already: autograd recording it would keep every value it saves alive.
         with torch.no_grad():
             outs = p.module(*inputs)
@@ -128,8 +133,9 @@ class StagedStep:
 
     def measured(self, *args) -> tuple[Any, MeasuredPeak]:
         """One step run under the peak counter (measure.py): its return value and the real peak."""
-        p = self._current(args)
-        every, inputs = p.graph.inputs(args, self.holders)
+        p, held = self._current(args)
+        every, inputs = p.graph.inputs(args, self.holders, held=held)
+        del held
         with torch.no_grad():
             outs, peak = measure_peak(p.module, inputs)
         del inputs
