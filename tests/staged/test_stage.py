@@ -352,3 +352,22 @@ def test_the_previous_gradients_are_let_go_before_the_staged_graph_runs_and_kept
     torch.manual_seed(3)
     assert_bitwise(want, [staged() for _ in range(2)])
     assert_bitwise(snapshot(am, ao), snapshot(bm, bo))
+
+
+def test_the_holders_walk_gives_pytorch_s_own_orders():
+    """graph._walk takes parameters and buffers in one walk: the same tensors in the order
+    Module.parameters() and .buffers() give, with tied, repeated and None entries."""
+    import torch.nn as nn
+
+    from dtrlab.staged.graph import Holders, _walk
+
+    shared = nn.Linear(3, 3)
+    model = nn.Sequential(nn.BatchNorm1d(3), shared, nn.ReLU(), shared, nn.Linear(3, 2, bias=False))
+    model.register_buffer("absent", None)
+    model.tied = nn.Linear(3, 3)
+    model.tied.weight = shared.weight
+    opt = torch.optim.SGD([*model.parameters(), torch.zeros(2, requires_grad=True)], lr=0.1)
+    params, buffers = _walk(Holders((model,), (opt,), ()))
+    expected = list({id(p): p for p in [*model.parameters(), *opt.param_groups[0]["params"]]}.values())
+    assert [id(p) for p in params] == [id(p) for p in expected] and len(params) == 7
+    assert [id(b) for b in buffers] == [id(b) for b in model.buffers()] and len(buffers) == 3

@@ -112,43 +112,58 @@ def _named_by(step: Callable, depth: int = 4) -> list:
     return out
 
 
-def _params(holders: Holders) -> list[torch.Tensor]:
-    """Every parameter once: the modules', then the optimizers' own (raw tensors an optimizer holds)."""
-    seen: dict[int, torch.Tensor] = {}
+def _walk(holders: Holders) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(every parameter once: the modules', then the optimizers' own (raw tensors an optimizer holds);
+    every buffer once), in the order Module.parameters() and .buffers() give, in one walk of the
+    modules (a DenseNet step walked them six times a call, 5% of its time)."""
+    params: dict[int, torch.Tensor] = {}
+    buffers: dict[int, torch.Tensor] = {}
     for m in holders.modules:
-        for p in m.parameters():
-            seen.setdefault(id(p), p)
+        for sub in m.modules():
+            for p in sub._parameters.values():
+                if p is not None:
+                    params.setdefault(id(p), p)
+            for b in sub._buffers.values():
+                if b is not None:
+                    buffers.setdefault(id(b), b)
     for o in holders.optimizers:
         for g in o.param_groups:
             for p in g["params"]:
-                seen.setdefault(id(p), p)
-    return list(seen.values())
+                params.setdefault(id(p), p)
+    return list(params.values()), list(buffers.values())
+
+
+def _params(holders: Holders) -> list[torch.Tensor]:
+    """Every parameter once: the modules', then the optimizers' own (raw tensors an optimizer holds)."""
+    return _walk(holders)[0]
 
 
 @dataclass(frozen=True)
 class Held:
     """The holders' tensors at one moment: params (_params), state (lifted_state). A staged step takes
-    them once a call, for the structure's check and the graph's inputs alike (each walks every module)."""
+    them once a call, for the structure's check and the graph's inputs alike."""
 
     params: list
     state: list
 
 
 def held_by(holders: Holders) -> Held:
-    params = _params(holders)
-    return Held(params, lifted_state(holders, params))
+    params, buffers = _walk(holders)
+    return Held(params, _lifted(holders, params, buffers))
 
 
-def lifted_state(holders: Holders, params: list | None = None) -> list[torch.Tensor]:
+def lifted_state(holders: Holders) -> list[torch.Tensor]:
     """The tensors a step reads and may write, in a fixed order: parameters, buffers, existing
-    gradients, optimizer state; each once. params: _params(holders), when already taken."""
+    gradients, optimizer state; each once."""
+    return held_by(holders).state
+
+
+def _lifted(holders: Holders, params: list, buffers: list) -> list[torch.Tensor]:
     seen: dict[int, torch.Tensor] = {}
-    params = _params(holders) if params is None else params
     for p in params:
         seen.setdefault(id(p), p)
-    for m in holders.modules:
-        for b in m.buffers():
-            seen.setdefault(id(b), b)
+    for b in buffers:
+        seen.setdefault(id(b), b)
     for p in params:
         if p.grad is not None:
             seen.setdefault(id(p.grad), p.grad)
@@ -168,7 +183,7 @@ def structure_key(holders: Holders, args: tuple, held: Held | None = None) -> tu
     """What a traced graph is specific to: every lifted tensor's shape, strides and dtype, which
     parameters have a gradient, which state entries each optimizer holds, the arguments' shapes."""
     def sig(t):
-        return (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad)
+        return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
     held = held or held_by(holders)
     state = tuple(sig(t) for t in held.state)
     grads = tuple(p.grad is not None for p in held.params)
@@ -493,6 +508,7 @@ def write_back(graph: StepGraph, inputs: list[torch.Tensor], outs: list) -> Any:
     """Put a step's outputs where the eager step leaves them; return the step's own return value."""
     ret_leaves: list = [None] * graph.ret_spec[1]
     values = iter(outs)
+    targets, updates = [], []  # inputs the step updates in place, and their new values, in order
     for sink in graph.sinks:
         kind = sink[0]
         if kind == GRAD:
@@ -502,11 +518,19 @@ def write_back(graph: StepGraph, inputs: list[torch.Tensor], outs: list) -> Any:
         if kind == INPUT:
             target = inputs[sink[1]]
             if value is not target:
-                with torch.no_grad():
-                    target.copy_(value)
+                targets.append(target)
+                updates.append(value)
         elif kind == STATE:
             _, o, p, name = sink
             o.state[p][name] = value
         else:
             ret_leaves[sink[1]] = value
+    with torch.no_grad():
+        if {id(t) for t in targets}.isdisjoint(map(id, updates)):
+            # one call for the hundreds of parameters, buffers and momenta a step updates (each copy_
+            # a Python call of its own cost a DenseNet step 5%)
+            torch._foreach_copy_(targets, updates)
+        else:  # a new value that is itself an updated input: in order, as the step did
+            for target, value in zip(targets, updates):
+                target.copy_(value)
     return pytree.tree_unflatten(ret_leaves, graph.ret_spec[0])
