@@ -16,8 +16,10 @@ at small budgets: an RNN, whose forward is one cell after another.
   backward runs.
 - **The schedule** is made by replaying the program: every operator in order, each missing input made
   again recursively from what is resident, a held state never freed, and under memory pressure the
-  storage freed is the one read again furthest ahead (Belady's rule), the backward's own last.
-  Slot counts are tried from one up; the cheapest schedule that fits the budget is kept. Like the
+  storage freed is the one read again furthest ahead (Belady's rule), the backward's own last. A
+  storage no operator ahead reads is let go after its last reader's first computation, but kept when
+  only a remaking read it (the stage's other activations are made again from it next). Slot counts
+  about 25% apart are tried, most first; the cheapest schedule that fits the budget is kept. Like the
   portfolio's, it is a heuristic's schedule, replayed by the checker before it is reported.
 """
 
