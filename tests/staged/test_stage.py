@@ -371,3 +371,45 @@ def test_the_holders_walk_gives_pytorch_s_own_orders():
     expected = list({id(p): p for p in [*model.parameters(), *opt.param_groups[0]["params"]]}.values())
     assert [id(p) for p in params] == [id(p) for p in expected] and len(params) == 7
     assert [id(b) for b in buffers] == [id(b) for b in model.buffers()] and len(buffers) == 3
+
+
+def _wide_world(seed: int = 0):
+    """A step whose weights are large enough that the staged step takes their new values' storage
+    (graph.TAKE_BYTES) rather than copying them back."""
+    from dtrlab.staged.graph import TAKE_BYTES
+
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 8))
+    assert model[0].weight.nbytes >= TAKE_BYTES
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(64, 128), torch.randn(64, 8)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    return step, model, opt
+
+
+@pytest.mark.parametrize("hold_a_view", [False, True])
+def test_large_updates_taken_or_copied_are_bitwise_eager_and_seen_through_a_user_s_view(hold_a_view):
+    """The updated weights and momenta take their new storage only where no other tensor shares the
+    old one: a view of a parameter the user holds sees every update, as in the eager step."""
+    (eager, em, eo), (plain, sm, so) = _wide_world(), _wide_world()
+    for _ in range(2):  # the momentum buffers exist before staging
+        eager()
+        plain()
+    staged = dtrlab.stage(plain)
+    eager_view, staged_view = em[0].weight[:2], sm[0].weight[:2]
+    if not hold_a_view:
+        del staged_view
+    pointer = sm[0].weight.data_ptr()
+    eager()
+    staged()  # the new value is made while the old storage lives: a taken one has another address
+    assert (sm[0].weight.data_ptr() == pointer) == hold_a_view  # copied, or taken: the path this test is for
+    for _ in range(2):
+        eager()
+        staged()
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(em, eo), snapshot(sm, so)))
+    if hold_a_view:
+        assert torch.equal(staged_view, eager_view)
