@@ -72,17 +72,22 @@ def brute_force_optimum(program: Program, budget_bytes: int) -> int | None:
 
 def small_program(seed: int, n_ops: int, max_outputs: int = 2):
     """A small random program (dtrlab's synthetic traces, lowered in memory)."""
+    from dtrlab.trace.synth import synthetic_trace
+
+    instructions = synthetic_trace(seed, n_ops, max_args=2, max_outputs=max_outputs, size_bytes=(4, 64),
+                                   time_ns=(1, 100))
+    return _lowered(f"small-{seed}", instructions)
+
+
+def _lowered(name: str, instructions: list):
+    """The program of an instruction list, lowered in memory as its written file would be."""
     import hashlib
 
     from dtrlab.trace.lower import lower
     from dtrlab.trace.read import TraceSource, TraceText
-    from dtrlab.trace.synth import synthetic_trace
     from dtrlab.trace.write import format_trace
 
-    instructions = synthetic_trace(seed, n_ops, max_args=2, max_outputs=max_outputs, size_bytes=(4, 64),
-                                   time_ns=(1, 100))
     data = format_trace(instructions).encode()
-    name = f"small-{seed}"
     source = TraceSource(name, name, f"{name}.jsonl", None, lambda: data)
     return lower(TraceText(source, hashlib.sha256(data).hexdigest(), tuple(instructions), 0))
 
@@ -91,13 +96,9 @@ def rnn_program(seed: int, cells: int):
     """A small recurrent step (a chain of cells, then its backward in reverse), lowered in memory: per
     cell a pre-activation and a state from the last state and a weight; the backward reads them back,
     accumulating the weight's gradient. Sizes and times drawn from `seed`."""
-    import hashlib
     import random
 
-    from dtrlab.trace.lower import lower
-    from dtrlab.trace.read import (BACKWARD, Alias, Annotate, Call, Constant, Memory, Release, TraceSource,
-                                   TraceText)
-    from dtrlab.trace.write import format_trace
+    from dtrlab.trace.read import BACKWARD, Alias, Annotate, Call, Constant, Memory, Release
 
     rng = random.Random(seed)
     out: list = []
@@ -127,7 +128,4 @@ def rnn_program(seed: int, cells: int):
             emit(Release, name)
     emit(Release, "g0")
     emit(Release, "h0")
-    data = format_trace(out).encode()
-    name = f"rnn-{seed}"
-    source = TraceSource(name, name, f"{name}.jsonl", None, lambda: data)
-    return lower(TraceText(source, hashlib.sha256(data).hexdigest(), tuple(out), 0))
+    return _lowered(f"rnn-{seed}", out)

@@ -20,7 +20,7 @@ from ..schedule.emit import simulate_schedule
 from ..sim.result import OK
 from ..sim.simulate import baseline, budget_from_ratio, check_budget_bytes
 from ..trace.lower import Program
-from .graph import Held, Holders, StepGraph, find_holders, held_by, structure_key, trace_step, write_back
+from .graph import Holders, StepGraph, find_holders, held_by, structure_key, trace_step, write_back
 from .lower import GraphMap, lower_graph
 from .measure import MeasuredPeak, measure_peak
 from .rewrite import rewrite
@@ -112,19 +112,20 @@ class StagedStep:
     def plan(self) -> Plan:
         return self.plans[-1]
 
-    def _current(self, args: tuple) -> tuple[Plan, Held]:
-        """The plan for the state as it is (planned again if its structure changed), and the holders'
-        tensors, taken once for both (again after a new plan, whose tracing may have made state)."""
+    def _prepared(self, args: tuple) -> tuple[Plan, list, list]:
+        """The plan for the state as it is (planned again if its structure changed) and its inputs
+        (graph.inputs: every input, the graph's own). The holders' tensors are taken once for the
+        check and the inputs (again after a new plan, whose tracing may have made state), and not
+        kept: they hold the previous gradients the graph lets go."""
         held = held_by(self.holders)
         if structure_key(self.holders, args, held) != self.plan.graph.key:
             self.plans.append(self._plan(args))
             held = held_by(self.holders)
-        return self.plan, held
+        every, inputs = self.plan.graph.inputs(args, self.holders, held=held)
+        return self.plan, every, inputs
 
     def __call__(self, *args):
-        p, held = self._current(args)
-        every, inputs = p.graph.inputs(args, self.holders, held=held)
-        del held  # it holds the previous gradients the graph lets go
+        p, every, inputs = self._prepared(args)
         # The graph is the backward already: autograd recording it would keep every value it saves alive.
         with torch.no_grad():
             outs = p.module(*inputs)
@@ -133,9 +134,7 @@ class StagedStep:
 
     def measured(self, *args) -> tuple[Any, MeasuredPeak]:
         """One step run under the peak counter (measure.py): its return value and the real peak."""
-        p, held = self._current(args)
-        every, inputs = p.graph.inputs(args, self.holders, held=held)
-        del held
+        p, every, inputs = self._prepared(args)
         with torch.no_grad():
             outs, peak = measure_peak(p.module, inputs)
         del inputs
