@@ -3,7 +3,8 @@
 median of each, and "wall x" the median of the rounds' ratios), with DTR's
 schedule or the solver's (--planner dtr|optimal|both), the staging time (trace, lower, plan, check,
 rewrite) and the planned overhead beside the measured one; --stability: 20 steps at each ratio of
-the study's windows, their spread.
+the study's windows on the live runtime's step at the shipped sizes, their spread, and one live step
+beside each.
 
 Run: `python benchmarks/bench_staged.py [--repeat N] [--models resnet32,lstm] [--ratios 1.0,0.3]
 [--planner both] [--full] [--smoke] [--stability]`; the default is the zoo's `small` sizes (under a
@@ -47,43 +48,77 @@ def world(name: str, sizes: dict):
     return zoo_step(name, sizes)  # the step dtrlab.compare runs too: one definition
 
 
-# The study's windows where the live runtime falls into two regimes by timing alone (docs/live.md):
-# staged, each step is the same graph, so every step should take one time. Ratios here are of the
-# staged graph's own peak (what dtrlab.stage takes), not the trace's.
-STABILITY = {"resnet32": (0.325, 0.33, 0.335, 0.34, 0.345, 0.35), "lstm": (0.79, 0.795, 0.8, 0.805)}
+# The study's windows where the live runtime falls into two regimes by timing alone (docs/live.md,
+# "twenty measured steps a ratio"): staged, each step is the same graph, so every step should take one
+# time. The step is the one the live runtime ran there: the zoo's step (forward and backward, no
+# update) at the shipped traces' sizes, on one thread; the budget is the ratio's of the step's own
+# capture, in bytes, for both runtimes (the staged graph's peak is the capture's within 64 bytes).
+# The staged LSTM graph (2,121 aten operators, its peak 1.7% over the capture's) runs out of memory
+# through the study's window and has a switch window of its own, at 0.885-0.905 of the capture's peak
+# (where its measured costs put it: thrashing at 40-60x below, about 1.2x above): run there too.
+STABILITY = {"resnet32": (0.325, 0.33, 0.335, 0.34, 0.345, 0.35),
+             "lstm": (0.79, 0.795, 0.8, 0.805, 0.885, 0.89, 0.895, 0.9, 0.905)}
 STABILITY_STEPS = 20
 
 
-def stability(models: list[str], full: bool) -> None:
-    """STABILITY_STEPS staged steps at each ratio of each model's window, each after a plain one: the
-    spread of their wall overheads (max / min, and how many steps sit over 1.5x the median)."""
-    print(f"stability: {STABILITY_STEPS} staged steps at each ratio, each one's wall time over the plain step's before it")
-    print(f"{'model':<12}{'ratio':>7}{'min x':>8}{'median x':>10}{'max x':>8}{'max/min':>9}{'>1.5 med':>10}")
+def live_step(name: str, seed: int = 0):
+    """`name`'s zoo step at its shipped size as `dtrlab run` runs it (no optimizer), weights from `seed`."""
+    from dtrlab.capture.ship import SHIPPED_SIZES
+
+    torch.manual_seed(seed)
+    return ZOO[name].make(**SHIPPED_SIZES[name])
+
+
+def stability(models: list[str], steps: int) -> None:
+    """`steps` staged steps at each ratio of each model's window, in turns with plain ones: the spread of
+    their wall overheads over the median plain step (max / min, and how many steps sit over 1.5x the
+    median) beside the plan's.
+    Then one live step (compiled engine, logical clock: the simulation's decisions) at the same budget in
+    bytes, the ratio's of the step's capture, and how many staged steps pay for the staging against it."""
+    from dtrlab.capture.recorder import record
+    from dtrlab.live.runs import live_step as live_run
+    from dtrlab.live.session import make_plan
+    from dtrlab.capture.ship import SHIPPED_THREADS
+    from dtrlab.sim.simulate import budget_from_ratio
+
+    torch.set_num_threads(SHIPPED_THREADS)  # as the live runtime's study ran
+    print(f"stability: {steps} staged steps at each ratio, each one's wall time over the median plain step's; "
+          "one live step at the same bytes")
+    print(f"{'model':<12}{'ratio':>7}{'plan x':>8}{'recomp':>8}{'min x':>8}{'median x':>10}{'max x':>8}"
+          f"{'max/min':>9}{'>1.5 med':>10}{'staging s':>11}{'live x':>8}{'pays after':>12}")
     for name in models:
-        if name not in STABILITY:
-            continue
-        sizes = {} if full else ZOO[name].small
-        plain = world(name, sizes)
+        plain = live_step(name)
         plain()
+        plan = make_plan(record(plain).instructions)
         for ratio in STABILITY[name]:
-            step = world(name, sizes)
+            budget = budget_from_ratio(plan.program, ratio)
+            t0 = time.perf_counter()
             try:
-                staged = dtrlab.stage(step, ratio=ratio)
-                staged()
+                staged = dtrlab.stage(live_step(name), budget_bytes=budget)
+                staged()  # the first call plans without gradients, the second with them
                 staged()
             except StagingOutOfMemory:
-                print(f"{name:<12}{ratio:>7}{'oom':>8}")
+                print(f"{name:<12}{ratio:>7}{'oom':>8}", flush=True)
                 continue
-            times = []
-            for _ in range(STABILITY_STEPS):  # in turns with a plain step: each step's ratio to its neighbour
+            staging_s = time.perf_counter() - t0  # both plans, and the two steps they ran
+            plains, walls = [], []
+            for _ in range(steps):  # in turns with a plain step, so a busy minute weighs on both
                 t0 = time.perf_counter()
                 plain()
                 t1 = time.perf_counter()
                 staged()
-                times.append((time.perf_counter() - t1) / (t1 - t0))
-            med = statistics.median(times)
-            print(f"{name:<12}{ratio:>7}{min(times):>8.2f}{med:>10.2f}{max(times):>8.2f}"
-                  f"{max(times) / min(times):>9.2f}{sum(t > 1.5 * med for t in times):>10}", flush=True)
+                walls.append(time.perf_counter() - t1)
+                plains.append(t1 - t0)
+            plain_s, staged_s = statistics.median(plains), statistics.median(walls)
+            times = [w / plain_s for w in walls]
+            live = live_run(live_step(name), budget, "dtr", "logical", 0, "cpu", plan, engine="c")
+            pays = (f"{'-':>12}" if live.outcome != "ok" else f"{'never':>12}" if live.wall_s <= staged_s
+                    else f"{staging_s / (live.wall_s - staged_s):>12.1f}")
+            live_x = f"{live.wall_s / plain_s:>8.2f}" if live.outcome == "ok" else f"{live.outcome:>8}"
+            med, p = statistics.median(times), staged.plan
+            print(f"{name:<12}{ratio:>7}{p.replay.overhead:>8.2f}{p.replay.n_recompute:>8}{min(times):>8.2f}"
+                  f"{med:>10.2f}{max(times):>8.2f}{max(times) / min(times):>9.2f}"
+                  f"{sum(t > 1.5 * med for t in times):>10}{staging_s:>11.1f}{live_x}{pays}", flush=True)
 
 
 def main() -> int:
@@ -97,10 +132,12 @@ def main() -> int:
                     help="who makes the schedule: DTR (the simulator), dtrlab.optimal's solver, or both side by side")
     ap.add_argument("--time-limit", type=float, default=600.0, help="the solver's time a plan (s)")
     ap.add_argument("--stability", action="store_true",
-                    help=f"{STABILITY_STEPS} steps at each ratio of the study's windows (ResNet-32, LSTM) instead")
+                    help=f"{STABILITY_STEPS} steps at each ratio of the study's windows (ResNet-32, LSTM), the shipped "
+                         "sizes, the live runtime's step (no update), against one live step, instead")
     args = ap.parse_args()
     if args.stability:
-        stability(args.models.split(","), args.full)
+        models = [m for m in args.models.split(",") if m in STABILITY]
+        stability(models[:1] if args.smoke else models, 2 if args.smoke else STABILITY_STEPS)
         return 0
     ratios = tuple(float(r) for r in args.ratios.split(","))
     planners = ("dtr", "optimal") if args.planner == "both" else (args.planner,)

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dtrlab.compare.compiled import allocator_peak_bytes  # noqa: E402
+from dtrlab.staged.measure import allocator_peak_bytes  # noqa: E402
 from dtrlab.compare.peak import eager_peak_bytes  # noqa: E402
 
 F32 = 4

@@ -16,13 +16,14 @@ from dtrlab.schedule.format import COMPUTE  # noqa: E402
 from dtrlab.staged import NotStageable, StagingOutOfMemory  # noqa: E402
 
 
-def mlp_world(seed: int = 0, optimizer: str = "adam"):
-    """A user-style step: an MLP with batch norm and dropout, MSE, Adam (or SGD with momentum);
-    activations fill most of the peak, so low ratios leave room to recompute."""
+def mlp_world(seed: int = 0, optimizer: str = "adam", dropout: bool = True):
+    """A user-style step: an MLP with batch norm and dropout (unless not `dropout`), MSE, Adam (or SGD
+    with momentum); activations fill most of the peak, so low ratios leave room to recompute."""
     torch.manual_seed(seed)
-    layers = [nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Dropout(0.3)]
+    drop = nn.Dropout if dropout else (lambda p: nn.Identity())
+    layers = [nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), drop(0.3)]
     for _ in range(4):
-        layers += [nn.Linear(64, 64), nn.Tanh(), nn.Dropout(0.2)]
+        layers += [nn.Linear(64, 64), nn.Tanh(), drop(0.2)]
     model = nn.Sequential(*layers, nn.Linear(64, 4))
     opt = (torch.optim.Adam(model.parameters(), lr=1e-2) if optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
@@ -164,6 +165,22 @@ def test_zoo_models_with_sgd_momentum_staged_are_bitwise_the_eager_step(name, ra
     assert (p.replay.n_recompute > 0) == (ratio < 1)
     _, measured = staged.measured()
     assert measured.peak_bytes - measured.rng_bytes <= p.replay.peak_bytes <= p.budget_bytes
+
+
+def test_a_step_that_updates_nothing_in_place_is_bitwise_the_eager_step():
+    # The zoo's LSTM step as `dtrlab run` runs it: forward and backward, no optimizer, no buffers; its
+    # graph's only outputs are new gradients (the first plan) and gradients written into (the second).
+    def world():
+        torch.manual_seed(0)
+        return ZOO["lstm"].make(**ZOO["lstm"].tiny)
+    plain, step = world(), world()
+    staged = dtrlab.stage(step, costs="unit")
+    for _ in range(3):
+        plain()
+        staged()
+    assert not list(step.model.buffers())
+    assert_bitwise([p.grad for p in plain.model.parameters()], [p.grad for p in step.model.parameters()])
+    assert len(staged.plans) == 2
 
 
 def test_the_package_s_stage_is_the_function():

@@ -35,6 +35,19 @@ def test_stage_mistakes_are_one_line():
     assert code == 2 and "--optimizer" in err and len(err.strip().splitlines()) == 1
     code, out, err = cli_invoke("stage", "densenet", *_sizes("densenet"), "--ratio", "0.05")
     assert code == 2 and "does not fit" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli_invoke("stage", "densenet", "--backend", "tvm", "--ratio", "1")
+    assert code == 2 and "--backend must be one of graph, inductor" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_stage_on_inductor_is_close_to_the_plain_step():
+    code, out, err = cli_invoke("stage", "resnet32", *_sizes("resnet32"), "--ratio", "1.0", "--optimizer", "sgd",
+                                "--steps", "2", "--backend", "inductor", "--json")
+    assert code in (0, None), err
+    summary = json.loads(out)
+    assert summary["backend"] == "inductor" and summary["measured_by"] == "allocator"
+    assert summary["state_within_tolerance"] is True and summary["plans"] == 2
+    assert 0 < summary["measured_peak_bytes"]
 
 
 STEPS_FILE = __import__("pathlib").Path(__file__).resolve().parents[1] / "capture" / "user_steps.py"

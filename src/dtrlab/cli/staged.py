@@ -64,23 +64,33 @@ def stage_command(
                                                               "(momentum 0.9) or adam."),
     steps: int = steps_opt(5, "Steps timed, plain and staged (medians)."),
     seed: int = typer.Option(0, "--seed", help="Seed of torch (the model's weights, dropout)."),
+    backend: str = typer.Option("graph", "--backend",
+                                help="How the staged graph runs: graph (its plain aten calls, bitwise the eager "
+                                     "step) or inductor (compiled by torch.compile's inductor: close, not "
+                                     "bitwise; its peak counted by the allocator)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Stage one training step under a budget (trace, simulate, rewrite) and time it against the plain step."""
-    run_staged(model, script, batch, device, size, ratio, budget_bytes, policy, optimizer, steps, seed, as_json)
+    run_staged(model, script, batch, device, size, ratio, budget_bytes, policy, optimizer, steps, seed, as_json,
+               backend)
 
 
 def run_staged(model, script, batch, device: str, size, ratio: float | None, budget_bytes: int | None,
-               policy: str, optimizer: str, steps: int, seed: int, as_json: bool) -> None:
+               policy: str, optimizer: str, steps: int, seed: int, as_json: bool, backend: str = "graph") -> None:
     """What `dtrlab stage` and `dtrlab run --staged` do: stage the step, time `steps` staged and plain
     steps from the same seed, and print the staging time apart from the per-step medians."""
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
+    from ..staged.staging import BACKENDS
+
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     import torch
 
     from ..staged.graph import find_holders, lifted_state
+    from ..staged.inductor import GRAD_TOLERANCE, max_relative_difference
     from ..staged.staging import stage
 
     plain, label = _world(model, script, batch, device, size, optimizer, seed)
@@ -88,19 +98,25 @@ def run_staged(model, script, batch, device: str, size, ratio: float | None, bud
     # The same seed before each side's steps: dropout draws the same numbers in both.
     torch.manual_seed(seed + 1)
     t0 = time.perf_counter()
-    staged = stage(step, budget_bytes=budget_bytes, ratio=ratio, policy=policy, runtime=DEFAULT_RUNTIME)
+    staged = stage(step, budget_bytes=budget_bytes, ratio=ratio, policy=policy, runtime=DEFAULT_RUNTIME,
+                   backend=backend)
     staged()  # a step that makes state (an optimizer's first) plans again: both plans are staging time
+    if backend != "graph":
+        staged()  # and its compilation, on the plan's second run
     staging_s = time.perf_counter() - t0
     staged_s = _median_s(staged, steps)
     _, measured = staged.measured()
     torch.manual_seed(seed + 1)
     plain()
+    if backend != "graph":
+        plain()
     plain_s = _median_s(plain, steps)
     plain()
     # Parameters, buffers, gradients and optimizer state, as the staged step lifts them, bitwise.
     mine, theirs = lifted_state(staged.holders), lifted_state(find_holders(plain))
     same = len(mine) == len(theirs) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(mine, theirs))
     p = staged.plan
+    differs = max_relative_difference(theirs, mine)
     summary = {"model": label, "device": device, "policy": policy, "optimizer": optimizer,
                "budget_bytes": p.budget_bytes, "ratio": ratio, "plans": len(staged.plans),
                "staging_s": round(staging_s, 3),
@@ -108,8 +124,9 @@ def run_staged(model, script, batch, device: str, size, ratio: float | None, bud
                "plain_step_ms": round(plain_s * 1e3, 3), "staged_step_ms": round(staged_s * 1e3, 3),
                "wall_overhead": round(staged_s / plain_s, 3), "simulated_overhead": round(p.replay.overhead, 4),
                "recomputations": p.replay.n_recompute, "simulated_peak_bytes": p.replay.peak_bytes,
-               "measured_peak_bytes": measured.peak_bytes, "rng_state_bytes": measured.rng_bytes,
-               "state_equals_plain": same}
+               "backend": backend, "measured_peak_bytes": measured.peak_bytes, "measured_by": measured.kind,
+               "rng_state_bytes": measured.rng_bytes, "state_equals_plain": same,
+               "state_max_relative_difference": differs, "state_within_tolerance": differs <= GRAD_TOLERANCE}
     if as_json:
         print_json(summary)
         return

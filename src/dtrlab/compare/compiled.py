@@ -1,49 +1,21 @@
 """torch.compile (inductor) under torch._functorch.config.activation_memory_budget, as a mode of the
-comparison, and the peak of compiled code, which no dispatch mode sees.
+comparison.
 
-Owns the compiled runner and the allocator count: inductor's generated code allocates its buffers
-below the dispatcher, so the storage counter (peak.py) cannot follow it; the CPU allocator's own
-reports to the profiler (every allocation and free, with its bytes) can.
+Owns the compiled runner; its peak is the allocator's count (staged/measure.py: inductor's generated
+code allocates its buffers below the dispatcher, where the storage counter, peak.py, cannot follow it),
+and its closeness to eager the staged inductor mode's GRAD_TOLERANCE.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 from torch._functorch import config as functorch_config
 from torch._inductor import config as inductor_config
-from torch.profiler import ProfilerActivity, profile
 
+from ..staged.measure import allocator_peak_bytes
 from .world import state_of
-
-
-def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tensor]) -> int:
-    """The bytes of `state`'s distinct storages, plus the most the CPU allocator held at once, above
-    where it stood when `step` began, while `step` ran. The profiler reports no free of a block
-    allocated before it started: `state` must be all that lives from before and is freed inside
-    (a step's old gradients dropped before, as its own zero_grad would)."""
-    held = {}
-    for t in state:
-        s = t.untyped_storage()
-        held[(s.device, s.data_ptr())] = s.nbytes()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
-    now = most = 0
-    for _, nbytes in changes:
-        now += nbytes
-        most = max(most, now)
-    return sum(held.values()) + most
-
-
-# How close a compiled step's gradients are to eager's: inductor fuses and reorders floating-point
-# sums, so bits differ; the bound is on the largest difference over the model, relative to its largest
-# gradient (a convolution's bias before a batch norm has a gradient of rounding noise only, so a
-# tensor-by-tensor relative bound would mean nothing).
-GRAD_TOLERANCE = 1e-4
-
 
 # Dynamo keeps at most this many compiled versions of one function's code before it runs it eagerly
 # without a word; every model of a class compiled in one process is a version of its forward.

@@ -550,11 +550,11 @@ def write_back(graph: StepGraph, inputs: list[torch.Tensor], outs: list) -> Any:
         else:
             ret_leaves[sink[1]] = value
     with torch.no_grad():
-        if {id(t) for t in targets}.isdisjoint(map(id, updates)):
+        if targets and {id(t) for t in targets}.isdisjoint(map(id, updates)):
             # one call for the hundreds of parameters, buffers and momenta a step updates (each copy_
             # a Python call of its own cost a DenseNet step 5%)
             torch._foreach_copy_(targets, updates)
-        else:  # a new value that is itself an updated input: in order, as the step did
+        else:  # none (no optimizer, no buffers), or a new value that is itself an updated input: in order
             for target, value in zip(targets, updates):
                 target.copy_(value)
     return pytree.tree_unflatten(ret_leaves, graph.ret_spec[0])

@@ -1,13 +1,16 @@
-"""The real peak of a staged step: the bytes of the live storages, counted by identity after every
-node as the graph runs, apart from any model (the measurement behind docs/staged.md's claims).
+"""The real peak of a staged step, apart from any model (the measurement behind docs/staged.md's
+claims): the bytes of the live storages, counted by identity after every node as the graph runs; or,
+for compiled code (which allocates its buffers below the dispatcher, where no storage can be
+followed), the CPU allocator's own reports to the profiler (every allocation and free, with its bytes).
 
-Owns only the counting; it runs the same graph the staged step runs, through FX's interpreter, which
-drops each value after its last use as the generated code does.
+Owns only the counting; the storage count runs the same graph the staged step runs, through FX's
+interpreter, which drops each value after its last use as the generated code does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import torch
 from torch.fx import GraphModule, Interpreter
@@ -18,10 +21,12 @@ from torch.utils import _pytree as pytree
 class MeasuredPeak:
     """peak_bytes: the most bytes of distinct live storages at once (inputs, held values and the
     node's results, while the node's arguments are still held); rng_bytes: of those, at the peak,
-    the saved generator states that random recomputations replay."""
+    the saved generator states that random recomputations replay; kind: "storages" (counted by
+    identity) or "allocator" (allocator_peak_bytes, which cannot tell the generator states apart)."""
 
     peak_bytes: int
     rng_bytes: int
+    kind: str = "storages"
 
 
 class _Counter(Interpreter):
@@ -56,3 +61,25 @@ def measure_peak(gm: GraphModule, inputs: list) -> tuple[list, MeasuredPeak]:
     counter = _Counter(gm)
     outs = counter.run(*inputs)
     return outs, MeasuredPeak(counter.peak, counter.peak_rng)
+
+
+def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tensor]) -> int:
+    """The bytes of `state`'s distinct storages, plus the most the CPU allocator held at once, above
+    where it stood when `step` began, while `step` ran. The profiler reports no free of a block
+    allocated before it started: `state` must be all that lives from before and is freed inside
+    (a step's old gradients dropped before, as its own zero_grad would)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    held = {}
+    for t in state:
+        s = t.untyped_storage()
+        held[(s.device, s.data_ptr())] = s.nbytes()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    now = most = 0
+    for _, nbytes in changes:
+        now += nbytes
+        most = max(most, now)
+    return sum(held.values()) + most

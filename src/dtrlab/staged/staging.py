@@ -22,7 +22,7 @@ from ..sim.simulate import baseline, budget_from_ratio, check_budget_bytes
 from ..trace.lower import Program
 from .graph import Holders, StepGraph, find_holders, held_by, structure_key, trace_step, write_back
 from .lower import GraphMap, lower_graph
-from .measure import MeasuredPeak, measure_peak
+from .measure import MeasuredPeak, allocator_peak_bytes, measure_peak
 from .rewrite import rewrite
 
 
@@ -52,6 +52,11 @@ class Plan:
 # depend on the machine's timing, for reproducible plans and tests).
 COSTS = ("measured", "unit")
 UNIT_COST_NS = 1_000
+
+# How a plan's graph runs: "graph", the rewritten GraphModule's generated code (plain aten calls,
+# bitwise the eager step), or "inductor", that graph compiled by torch.compile's inductor (inductor.py:
+# close within its GRAD_TOLERANCE, its peak measured by the allocator).
+BACKENDS = ("graph", "inductor")
 
 # Who makes the schedule: "dtr", the simulator running `policy` (DTR's online decisions), or
 # "optimal", dtrlab.optimal's solver (the best schedule it finds in `time_limit_s`, docs/optimal.md).
@@ -98,10 +103,11 @@ class StagedStep:
 
     def __init__(self, step: Callable, holders: Holders, budget_bytes: int | None, ratio: float | None,
                  policy: str, runtime: str, args: tuple, costs: str = "measured", planner: str = "dtr",
-                 time_limit_s: float | None = None) -> None:
+                 time_limit_s: float | None = None, backend: str = "graph") -> None:
         self.step, self.holders = step, holders
         self.budget_bytes, self.ratio, self.policy, self.runtime = budget_bytes, ratio, policy, runtime
-        self.costs, self.planner, self.time_limit_s = costs, planner, time_limit_s
+        self.costs, self.planner, self.time_limit_s, self.backend = costs, planner, time_limit_s, backend
+        self._runners: dict[int, Callable] = {}  # a plan's runner (backend "inductor"), by the plan's id
         self.plans: list[Plan] = [self._plan(args)]
 
     def _plan(self, args: tuple) -> Plan:
@@ -124,19 +130,43 @@ class StagedStep:
         every, inputs = self.plan.graph.inputs(args, self.holders, held=held)
         return self.plan, every, inputs
 
+    def _runner(self, p: Plan) -> Callable:
+        """What runs `p`'s graph: its GraphModule; for backend "inductor", from the plan's second run on,
+        that compiled (once a plan): a plan run once, as before an optimizer's first step makes its
+        state, is not worth a compilation."""
+        if self.backend == "graph":
+            return p.module
+        runner = self._runners.get(id(p))
+        if runner is None:  # the first run
+            self._runners[id(p)] = p.module
+            return p.module
+        if runner is p.module:
+            from .inductor import compiled
+
+            runner = self._runners[id(p)] = compiled(p.module)
+        return runner
+
     def __call__(self, *args):
         p, every, inputs = self._prepared(args)
+        run = self._runner(p)
         # The graph is the backward already: autograd recording it would keep every value it saves alive.
         with torch.no_grad():
-            outs = p.module(*inputs)
+            outs = run(*inputs)
         del inputs
         return write_back(p.graph, every, outs)
 
     def measured(self, *args) -> tuple[Any, MeasuredPeak]:
-        """One step run under the peak counter (measure.py): its return value and the real peak."""
+        """One step run under a peak counter (measure.py): its return value and the real peak, counted
+        by storage identity after every node (backend "graph"), or by the CPU allocator (compiled code
+        allocates below the dispatcher)."""
         p, every, inputs = self._prepared(args)
         with torch.no_grad():
-            outs, peak = measure_peak(p.module, inputs)
+            if self.backend == "graph":
+                outs, peak = measure_peak(p.module, inputs)
+            else:
+                run, box = self._runner(p), []
+                peak = MeasuredPeak(allocator_peak_bytes(lambda: box.append(run(*inputs)), inputs), 0, "allocator")
+                outs = box.pop()
         del inputs
         return write_back(p.graph, every, outs), peak
 
@@ -158,13 +188,14 @@ def _solve(program: Program, budget: int | None, time_limit_s: float | None):
 def stage(step: Callable, *, budget_bytes: int | None = None, ratio: float | None = None,
           policy: str = DEFAULT_POLICY, runtime: str = DEFAULT_RUNTIME, args: tuple = (),
           modules=None, optimizers=None, costs: str = "measured", planner: str = "dtr",
-          time_limit_s: float | None = None) -> StagedStep:
+          time_limit_s: float | None = None, backend: str = "graph") -> StagedStep:
     """Stage `step` (a callable running one training step: forward, backward, optimizer update) under
     `budget_bytes`, or `ratio` of its own unconstrained peak, or unbounded (neither). `args`: example
     tensors the step takes (its batch); the modules and optimizers it works on are found by
     find_holders unless given. Raises NotStageable (a step that cannot be traced whole) or
     StagingOutOfMemory (one that does not fit), each one line. `costs`: one of COSTS; `planner`: one of
-    PLANNERS ("optimal" solves for `time_limit_s`, default dtrlab.optimal's)."""
+    PLANNERS ("optimal" solves for `time_limit_s`, default dtrlab.optimal's); `backend`: one of BACKENDS
+    (how the plan's graph runs)."""
     if budget_bytes is not None and ratio is not None:
         raise UsageError("give at most one of budget_bytes and ratio")
     if budget_bytes is not None:
@@ -173,5 +204,8 @@ def stage(step: Callable, *, budget_bytes: int | None = None, ratio: float | Non
         raise UsageError(f"costs must be one of {', '.join(COSTS)}, not {costs!r}")
     if planner not in PLANNERS:
         raise UsageError(f"planner must be one of {', '.join(PLANNERS)}, not {planner!r}")
+    if backend not in BACKENDS:
+        raise UsageError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     holders = find_holders(step, modules, optimizers)
-    return StagedStep(step, holders, budget_bytes, ratio, policy, runtime, tuple(args), costs, planner, time_limit_s)
+    return StagedStep(step, holders, budget_bytes, ratio, policy, runtime, tuple(args), costs, planner, time_limit_s,
+                      backend)
