@@ -24,8 +24,8 @@ import torch
 
 from dtrlab.capture.zoo import ZOO
 from dtrlab.compare import Mode, Point, compare
-from dtrlab.compare.compiled import step_allocator_peak_bytes
-from dtrlab.compare.world import zoo_step
+from dtrlab.compare.compiled import plain_allocator_peak_bytes
+from dtrlab.compare.matched import at_matched_memory
 
 from _timing import SMOKE_HELP  # noqa: E402  (benchmarks/ is on sys.path)
 
@@ -36,20 +36,12 @@ BUDGETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 COMPILE_MODELS = ("transformer",)
 # At the zoo's default sizes the LSTM takes about 15 s a step and 90 s to stage, and has no blocks.
 FULL_MODELS = ("resnet32", "transformer", "unet", "densenet")
-KIB, MIB = 1024, 1024 * 1024
+KIB = 1024
 
 
 def modes(ratios, budgets, compiled: bool) -> list[Mode]:
     out = [Mode("plain"), Mode("checkpoint"), Mode("sac")] + [Mode("staged", r) for r in ratios]
     return out + ([Mode("compile", b) for b in budgets] if compiled else [])
-
-
-def plain_allocator_peak(name: str, sizes: dict) -> int:
-    """Plain eager's peak by the allocator's count, the yardstick of the compiled steps' peaks."""
-    world = zoo_step(name, sizes)
-    world()
-    world()
-    return step_allocator_peak_bytes(world, world)
 
 
 def table(points, plain_alloc: int | None) -> None:
@@ -67,57 +59,22 @@ def table(points, plain_alloc: int | None) -> None:
 
 
 def matched(points) -> None:
-    """For each other mode, the fastest staged step whose measured peak is at most the mode's."""
-    staged = [p for p in points if p.mode == "staged" and p.peak_bytes is not None]
-    for p in points:
-        if p.mode == "staged" or p.peak_bytes is None or p.peak_kind != "storages":
+    """For each other mode, the fastest staged step whose measured peak is at most the mode's
+    (dtrlab.compare.matched)."""
+    for m in at_matched_memory(points):
+        if m.staged is None:
+            print(f"  at {m.label}'s peak ({m.peak_bytes / KIB:.1f} KiB): {m.verdict}")
             continue
-        fits = [s for s in staged if s.peak_bytes <= p.peak_bytes]
-        if not fits:
-            print(f"  at {p.label}'s peak ({p.peak_bytes / KIB:.1f} KiB): no staged step fits")
-            continue
-        best = min(fits, key=lambda s: s.step_s)
-        verdict = "DTR wins" if best.step_s < p.step_s else "DTR loses"
-        print(f"  at {p.label}'s peak ({p.peak_bytes / KIB:.1f} KiB, {p.step_s * 1e3:.2f} ms): {best.label} "
-              f"({best.peak_bytes / KIB:.1f} KiB) {best.step_s * 1e3:.2f} ms, {best.step_s / p.step_s:.2f}x: {verdict}")
+        print(f"  at {m.label}'s peak ({m.peak_bytes / KIB:.1f} KiB, {m.step_s * 1e3:.2f} ms): {m.staged} "
+              f"({m.staged_peak_bytes / KIB:.1f} KiB) {m.staged_step_s * 1e3:.2f} ms, {m.step_ratio:.2f}x: {m.verdict}")
 
 
 def figure(results: dict, path: Path) -> None:
-    import matplotlib
+    """dtrlab.report.plots.checkpointing_curves of `results` (model -> (points, plain's allocator peak)), saved."""
+    from dtrlab.report.plots import checkpointing_curves, plt  # plots sets matplotlib's Agg backend first
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(results)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
-    style = {"plain": ("k", "o"), "checkpoint": ("tab:blue", "s"), "sac": ("tab:green", "^"),
-             "staged": ("tab:red", "D"), "compile": ("tab:purple", "v")}
-    for ax, name in zip(axes[0], names):
-        points, plain_alloc = results[name]
-        for mode, (colour, marker) in style.items():
-            ps = sorted((p for p in points if p.mode == mode and p.peak_bytes is not None),
-                        key=lambda p: p.peak_bytes)
-            if not ps:
-                continue
-            label = mode + (" (allocator count)" if ps[0].peak_kind == "allocator" else "")
-            ax.plot([p.peak_bytes / MIB for p in ps], [p.step_s * 1e3 for p in ps], marker=marker, color=colour,
-                    label=label, linestyle="-" if len(ps) > 1 else "none", markerfacecolor=
-                    "none" if ps[0].peak_kind == "allocator" else colour)
-            for p in ps:
-                if p.setting is not None:
-                    ax.annotate(f"{p.setting:g}", (p.peak_bytes / MIB, p.step_s * 1e3), fontsize=6,
-                                xytext=(2, 2), textcoords="offset points", color=colour)
-        if plain_alloc is not None:
-            plain = next(p for p in points if p.mode == "plain")
-            ax.plot([plain_alloc / MIB], [plain.step_s * 1e3], marker="o", color="k", markerfacecolor="none",
-                    linestyle="none", label="plain (allocator count)")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("measured peak (MiB)")
-        ax.set_ylabel("median step (ms)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig = checkpointing_curves(results)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -154,7 +111,7 @@ def main() -> int:
         sizes = {} if args.full else (ZOO[name].tiny if args.smoke else ZOO[name].small)
         print(f"\n{name}: {ZOO[name].description(**sizes)}", flush=True)
         points = compare(name, sizes, modes(ratios, budgets, name in compiled), repeat=args.repeat)
-        plain_alloc = plain_allocator_peak(name, sizes) if name in compiled else None
+        plain_alloc = plain_allocator_peak_bytes(name, sizes) if name in compiled else None
         results[name] = (points, plain_alloc)
         table(points, plain_alloc)
         matched(points)

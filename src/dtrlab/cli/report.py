@@ -6,6 +6,7 @@ first: what was found on the traces given, the claims, how to get the study's tr
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
@@ -61,6 +62,11 @@ def reproduce_cmd(
     gap: float = GAP_OPT,
     seed: int = SEED_OPT,
     engine: EngineName = ENGINE_OPT,
+    checkpointing: bool = typer.Option(False, "--checkpointing",
+                                       help="Also run each zoo model's training step plain, checkpointed per block, "
+                                            "with selective checkpointing, staged by DTR and compiled, and draw "
+                                            "peak against step time with DTR's verdicts at matched memory (needs "
+                                            "torch; takes several minutes)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Reproduce the study: budget curves, fine scans, churn, OOMs, ablations; write a report."""
@@ -83,12 +89,16 @@ def reproduce_cmd(
         raise UsageError(f"--overhead-limit must exceed 1, got {overhead_limit}")
     repro = reproduce(choose_source(source, traces), out, quick=quick, workers=workers, console=err,
                       progress=True, policies=extra, optimal=settings, overhead_limit=overhead_limit,
-                      seed=seed, engine=engine.value)
+                      seed=seed, engine=engine.value, checkpointing=checkpointing)
+    compared = repro.checkpointing
     if as_json:
-        print_json({"report": str(repro.out_dir / "report.html"), "new_runs": repro.new_runs,
-                    "runs": len(repro.frame), "new_solves": repro.new_solves, "wall_s": round(repro.wall_s, 3),
-                    "claims": [c.to_dict() for c in repro.claims], "beside": [b.to_dict() for b in repro.beside],
-                    "found": [found_line(f) for f in found_on(repro.curves, repro.traces, SUBJECT_POLICY)]})
+        record = {"report": str(repro.out_dir / "report.html"), "new_runs": repro.new_runs,
+                  "runs": len(repro.frame), "new_solves": repro.new_solves, "wall_s": round(repro.wall_s, 3),
+                  "claims": [c.to_dict() for c in repro.claims], "beside": [b.to_dict() for b in repro.beside],
+                  "found": [found_line(f) for f in found_on(repro.curves, repro.traces, SUBJECT_POLICY)]}
+        if compared is not None:
+            record["checkpointing"] = [{**asdict(m), "step_ratio": m.step_ratio} for m in compared.matched]
+        print_json(record)
         return
     out_console = console()
     out_console.print(_claims(repro))
@@ -97,6 +107,10 @@ def reproduce_cmd(
     out_console.print("[bold]found on these traces[/bold]")
     for f in found_on(repro.curves, repro.traces, SUBJECT_POLICY):
         out_console.print(f"  {found_line(f)}", markup=False)
+    if compared is not None:
+        tally = "; ".join(f"{verdict}: {n}" for verdict, n in compared.tally.items())
+        out_console.print(f"checkpointing at matched memory: {tally}" if compared.torch is not None else
+                          "checkpointing: torch is not installed, so no step was compared", markup=False)
     if study_missing(repro.claims):
         out_console.print(f"The study's traces and claims: {FETCH_AND_REPRODUCE}", markup=False)
     out_console.print(f"{new_runs_line(repro)}; {repro.wall_s:.1f} s; report: {repro.out_dir / 'report.html'}",

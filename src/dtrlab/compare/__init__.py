@@ -11,7 +11,7 @@ import importlib
 
 _EXPORTS = {"compare": "points", "Point": "points", "Mode": "modes", "MODES": "modes", "prepare": "modes",
             "NoBlocks": "modes", "find_blocks": "blocks", "checkpointed": "blocks", "eager_peak_bytes": "peak",
-            "zoo_step": "world"}
+            "zoo_step": "world", "Matched": "matched", "at_matched_memory": "matched"}
 __all__ = sorted(_EXPORTS)
 
 

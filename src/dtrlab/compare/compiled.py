@@ -3,7 +3,8 @@ comparison.
 
 Owns the compiled runner; its peak is the allocator's count (staged/measure.py: inductor's generated
 code allocates its buffers below the dispatcher, where the storage counter, peak.py, cannot follow it),
-and its closeness to eager the staged inductor mode's GRAD_TOLERANCE.
+and its closeness to eager the staged inductor mode's GRAD_TOLERANCE. Plain eager counted the same way
+(plain_allocator_peak_bytes) is the compiled peaks' yardstick.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from torch._functorch import config as functorch_config
 from torch._inductor import config as inductor_config
 
 from ..staged.measure import allocator_peak_bytes
-from .world import state_of
+from .world import state_of, zoo_step
 
 # Dynamo keeps at most this many compiled versions of one function's code before it runs it eagerly
 # without a word; every model of a class compiled in one process is a version of its forward.
@@ -65,3 +66,12 @@ def step_allocator_peak_bytes(run: Callable[[], object], world: Callable[[], Non
     for p in world.model.parameters():
         p.grad = None
     return allocator_peak_bytes(run, state_of(world))
+
+
+def plain_allocator_peak_bytes(name: str, sizes: dict, seed: int = 0) -> int:
+    """Plain eager's peak of `name`'s zoo step at `sizes` by the allocator's count (after two warm steps):
+    the yardstick the compiled steps' peaks are read against."""
+    world = zoo_step(name, sizes, seed)
+    world()
+    world()
+    return step_allocator_peak_bytes(world, world)

@@ -50,10 +50,9 @@ class LiveSection:
         return all(r.same_decisions for r in self.rows if r.clock == "logical")
 
 
-def decided_by() -> dict:
-    """What decides the live section, as the memo's key: the section's settings, torch's version, the
-    machine (its clock is measured) and dtrlab's code. A rerun on the same machine reads the
-    section kept in the report folder; delete analyses/live-*.pickle there to run it again."""
+def measured_on() -> dict:
+    """What decides a section measured in PyTorch beside its own settings: torch's version (None when it
+    is not installed) and the machine its clock runs on."""
     import platform
     from importlib import metadata
 
@@ -61,8 +60,15 @@ def decided_by() -> dict:
         torch = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch = None
-    return {"ratios": LIVE_RATIOS, "measured": MEASURED_RATIO, "policy": LIVE_POLICY, "torch": torch,
-            "host": platform.node(), "machine": platform.machine(), "python": platform.python_version()}
+    return {"torch": torch, "host": platform.node(), "machine": platform.machine(),
+            "python": platform.python_version()}
+
+
+def decided_by() -> dict:
+    """What decides the live section, as the memo's key: the section's settings, torch's version, the
+    machine (its clock is measured) and dtrlab's code. A rerun on the same machine reads the
+    section kept in the report folder; delete analyses/live-*.pickle there to run it again."""
+    return {"ratios": LIVE_RATIOS, "measured": MEASURED_RATIO, "policy": LIVE_POLICY, **measured_on()}
 
 
 def live_runs() -> int:

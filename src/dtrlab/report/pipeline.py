@@ -131,6 +131,7 @@ class Reproduction:
     timelines: object = None  # report.timelines.Timelines: files written next to report.html, switch series
     live: object = None  # report.live.LiveSection: the zoo run live against the simulator (None: the plan runs none)
     baselines: object = None  # report.baselines.Baselines: DTR beside the solver's rows the store holds
+    checkpointing: object = None  # report.checkpointing.CheckpointingSection (None: not asked for, --checkpointing)
     left_out: tuple[dict, ...] = ()  # the source's traces the plan does not run: name, sha256, operators
     timings: dict = field(default_factory=dict)  # stage -> seconds (run.json, not the report: it varies)
     wall_s: float = 0.0
@@ -169,7 +170,8 @@ STAGES = ("reading traces", "coarse curves", "fine scans around every switch and
           "leaderboard of the policies", "mechanism of every switch and inversion",
           "optimal baselines: the solver's best schedules and bounds (solved with --optimal)",
           "timelines of the focus switch and an out-of-memory",
-          "live runs: the zoo's steps under budgets in PyTorch (with torch)", "claims of the study",
+          "live runs: the zoo's steps under budgets in PyTorch (with torch)",
+          "checkpointing: staged DTR beside PyTorch's own (with --checkpointing)", "claims of the study",
           "figures, report.html, summary.md, results.parquet")
 
 
@@ -218,12 +220,14 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
               workers: int | None = None, console: Console | None = None, progress: bool = True,
               plan: Plan | None = None, policies: tuple[str, ...] = (),
               optimal: SolveSettings | None = None, overhead_limit: float | None = None,
-              seed: int | None = None, engine: str | None = None) -> Reproduction:
+              seed: int | None = None, engine: str | None = None, checkpointing: bool = False) -> Reproduction:
     """Run the study on SOURCE (None: the shipped traces) and write the report into out_dir;
     `plan` (default: the quick or the full plan) says what is run; `policies` (names, formulas) join
     its leaderboard; `optimal` (default: none) solves the coarse grid and the study's windows under
     those settings first (report.baselines). The baselines section reads whatever solver rows the
-    store holds either way. overhead_limit, seed and engine (None: the plan's) replace the plan's."""
+    store holds either way. overhead_limit, seed and engine (None: the plan's) replace the plan's.
+    `checkpointing` also runs the zoo's steps beside PyTorch's own checkpointing (report.checkpointing:
+    minutes, with torch)."""
     from .write import write_run_record
 
     plan = plan or (QUICK if quick else FULL)
@@ -243,7 +247,7 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
         out.mkdir(parents=True, exist_ok=True)
         try:
             repro = _study(path, label, plan, programs, peaks, out, stages, workers, progress, tuple(policies),
-                           left_out, optimal)
+                           left_out, optimal, checkpointing)
         except BaseException:
             if created:  # a failure leaves no empty folder behind; one with runs in it stays
                 with contextlib.suppress(OSError):
@@ -256,7 +260,8 @@ def reproduce(source: str | None = None, out_dir: str | Path = "dtrlab-report", 
 
 def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tuple[PeakGap, ...], out: Path,
            stages: _Stages, workers: int | None, progress: bool, extra: tuple[str, ...] = (),
-           left_out: tuple[dict, ...] = (), optimal: SolveSettings | None = None) -> Reproduction:
+           left_out: tuple[dict, ...] = (), optimal: SolveSettings | None = None,
+           checkpointing: bool = False) -> Reproduction:
     from . import leaderboard
     from .baselines import baselines, dtr_specs, optimal_specs
     from .claims import beside_claims, evaluate
@@ -373,10 +378,14 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
                 with stages.ticker("live steps", live_runs()) as ticker:
                     return live_section(ticker.tick)
             live = memo(out, "live", {**decided_by(), "code": code_digest()}, run_live)
+    compared = None
+    with stages.stage("checkpointing: staged DTR beside PyTorch's own (with --checkpointing)"):
+        if checkpointing:
+            compared = _checkpointing(out, stages)
     repro = Reproduction(label, plan, out, traces, frame, found, focus, ablation, ooms, skipped, pairs,
                          study_pair=pair, leaderboard=board, mechanisms=mechs, new_runs=new_runs,
-                         new_solves=new_solves, peaks=peaks,
-                         timelines=written, live=live, left_out=left_out, baselines=section)
+                         new_solves=new_solves, peaks=peaks, timelines=written, live=live, left_out=left_out,
+                         baselines=section, checkpointing=compared)
     with stages.stage("claims of the study"):
         repro = replace(repro, claims=tuple(evaluate(repro)), beside=tuple(beside_claims(repro)))
     with stages.stage("figures, report.html, summary.md, results.parquet"):
@@ -384,6 +393,16 @@ def _study(path: str, label: str, plan: Plan, programs: list[Program], peaks: tu
         with stages.ticker("figures") as ticker:
             repro = replace(repro, figures=write_all(repro, ticker.tick, workers))
     return repro
+
+
+def _checkpointing(out: Path, stages: _Stages):
+    """The checkpointing section, kept in the report folder's memo (a tick a model)."""
+    from .checkpointing import checkpointing_section, decided_by, default_setups
+
+    def run():
+        with stages.ticker("models compared", len(default_setups())) as ticker:
+            return checkpointing_section(ticker.tick)
+    return memo(out, "checkpointing", {**decided_by(), "code": code_digest()}, run)
 
 
 # --- the analyses ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The report's figures (matplotlib, Agg): overhead curves, feasibility strips, eviction histograms,
-memory near an OOM, the ablation heatmap. Each function draws one figure and returns it."""
+memory near an OOM, the ablation heatmap, the optimal baselines, the checkpointing comparison's peak
+against step time. Each function draws one figure and returns it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..sim.result import OK, OOM, REMAT_LIMIT  # noqa: E402
 
@@ -226,4 +228,60 @@ def optimal_baselines(trace: str, points):
     ax.set_title(f"{trace}: DTR against the best schedule found and a lower bound")
     ax.legend(**LEGEND_OUTSIDE)
     ax.grid(True, which="both", alpha=0.25)
+    return fig
+
+
+# The checkpointing comparison's modes (dtrlab.compare's names): colour and marker of each one's curve.
+MODE_STYLES = {"plain": ("k", "o"), "checkpoint": ("tab:blue", "s"), "sac": ("tab:green", "^"),
+               "staged": ("tab:red", "D"), "compile": ("tab:purple", "v")}
+ALLOCATOR_COUNT = " (allocator count)"  # after the label of a curve whose peaks the allocator counted
+PEAK_UNITS = (("MiB", 1024 * 1024), ("KiB", 1024))  # the first whose size the largest peak reaches
+
+
+def checkpointing_curves(results: dict):
+    """Each model of `results` (model -> (its dtrlab.compare Points, plain eager's peak by the allocator's
+    count in bytes or None)) in a panel of its own: measured peak (x, MiB) against the median step time
+    (y, ms), one curve a mode through its points in order of peak, each point labelled with its setting
+    (the staged ratio, the compiled budget); a mode skipped has no points. Peaks in MiB, or KiB when no
+    peak reaches a MiB. Points counted by the allocator (compiled) are hollow, beside plain's allocator
+    count when it is given. One legend for every panel, outside the first row's last."""
+    if not results:
+        raise ValueError("no model to draw")
+    names = list(results)
+    largest = max((p.peak_bytes for points, _ in results.values() for p in points if p.peak_bytes is not None),
+                  default=0)
+    unit, unit_bytes = next(((u, b) for u, b in PEAK_UNITS if largest >= b), PEAK_UNITS[-1])
+    cols = min(len(names), 3)
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    legend: dict = {}  # label -> handle, every panel's, in order of first appearance
+    for ax, name in zip(axes.flat, names):
+        points, plain_allocator_peak_bytes = results[name]
+        for mode, (colour, marker) in MODE_STYLES.items():
+            ps = sorted((p for p in points if p.mode == mode and p.peak_bytes is not None), key=lambda p: p.peak_bytes)
+            if not ps:
+                continue
+            hollow = ps[0].peak_kind == "allocator"
+            ax.plot([p.peak_bytes / unit_bytes for p in ps], [p.step_s * 1e3 for p in ps], marker=marker, color=colour,
+                    linestyle="-" if len(ps) > 1 else "none", markerfacecolor="none" if hollow else colour,
+                    label=mode + (ALLOCATOR_COUNT if hollow else ""), gid=mode)
+            for p in ps:
+                if p.setting is not None:
+                    ax.annotate(f"{p.setting:g}", (p.peak_bytes / unit_bytes, p.step_s * 1e3), fontsize=6,
+                                xytext=(2, 2), textcoords="offset points", color=colour)
+        plain = next((p for p in points if p.mode == "plain" and p.step_s is not None), None)
+        if plain_allocator_peak_bytes is not None and plain is not None:
+            ax.plot([plain_allocator_peak_bytes / unit_bytes], [plain.step_s * 1e3], marker="o", color="k",
+                    markerfacecolor="none", linestyle="none", label="plain" + ALLOCATOR_COUNT, gid="plain-allocator")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(f"measured peak ({unit})")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.set_ylabel("median step (ms)")
+        ax.grid(alpha=0.3)
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    axes[0, -1].legend(list(legend.values()), list(legend), **LEGEND_OUTSIDE)
+    fig.tight_layout()
     return fig

@@ -147,6 +147,14 @@ def _figures(repro, tick=lambda _what: None, workers: int | None = 1) -> dict[st
     if repro.leaderboard is not None:
         keep("leaderboard", "Every ranked policy's overhead against budget on each trace (feasible budgets; log scale).",
              leaderboard.figure, repro.leaderboard)
+    c = repro.checkpointing
+    if c is not None and c.runs:
+        keep("checkpointing",
+             "Each zoo model's training step in every mode: its measured peak against its median step time, one curve "
+             "a mode, each point labelled with its setting (staged: the ratio of its own unconstrained peak; compile: "
+             "the activation memory budget); hollow: peaks by the allocator's count (compiled steps, and plain's "
+             "beside them), the others by live storages.",
+             plots.checkpointing_curves, c.figure_data)
     drawn.draw(jobs, workers, tick)
     return out
 
