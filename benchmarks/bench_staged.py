@@ -2,7 +2,9 @@
 (default 1.0 and 0.5; plain and staged steps taken in turns after the staged step's second plan: the
 median of each, and "wall x" the median of the rounds' ratios), with DTR's
 schedule or the solver's (--planner dtr|optimal|both), the staging time (trace, lower, plan, check,
-rewrite) and the planned overhead beside the measured one; --stability: 20 steps at each ratio of
+rewrite, both plans and, with --backend inductor, the compilation) and the planned overhead beside the
+measured one (inductor: also the allocator's peak and how close one step from the plain step's state
+is to it); --stability: 20 steps at each ratio of
 the study's windows on the live runtime's step at the shipped sizes, their spread, and one live step
 beside each.
 
@@ -42,6 +44,20 @@ def interleaved(plain, staged, repeat: int) -> tuple[float, float, float]:
         pairs.append((t1 - t0, t2 - t1))
     return (statistics.median(a for a, _ in pairs) * 1e3, statistics.median(b for _, b in pairs) * 1e3,
             statistics.median(b / a for a, b in pairs))
+
+
+def closeness(plain, staged) -> float:
+    """One step of each from the plain step's state (copied into the staged step's): the largest
+    difference of the state after, over its largest value (staged.inductor.max_relative_difference)."""
+    from dtrlab.staged.graph import find_holders, lifted_state
+    from dtrlab.staged.inductor import max_relative_difference
+
+    with torch.no_grad():
+        for mine, theirs in zip(lifted_state(staged.holders), lifted_state(find_holders(plain))):
+            mine.copy_(theirs)
+    plain()
+    staged()
+    return max_relative_difference(lifted_state(find_holders(plain)), lifted_state(staged.holders))
 
 
 def world(name: str, sizes: dict):
@@ -131,6 +147,9 @@ def main() -> int:
     ap.add_argument("--planner", default="dtr", choices=("dtr", "optimal", "both"),
                     help="who makes the schedule: DTR (the simulator), dtrlab.optimal's solver, or both side by side")
     ap.add_argument("--time-limit", type=float, default=600.0, help="the solver's time a plan (s)")
+    ap.add_argument("--backend", default="graph", choices=("graph", "inductor"),
+                    help="how the staged graph runs (inductor: also its peak by the allocator and how close a "
+                         "step from the plain step's state is to the plain step's)")
     ap.add_argument("--stability", action="store_true",
                     help=f"{STABILITY_STEPS} steps at each ratio of the study's windows (ResNet-32, LSTM), the shipped "
                          "sizes, the live runtime's step (no update), against one live step, instead")
@@ -143,10 +162,11 @@ def main() -> int:
     planners = ("dtr", "optimal") if args.planner == "both" else (args.planner,)
     if args.smoke:  # one tiny model, unbounded, one timed step
         args.models, args.repeat, ratios = next(iter(ZOO)), 1, RATIOS[:1]
+    inductor = args.backend == "inductor"
     print(f"staged benchmark, DTR, eager-optimized, SGD momentum, median of {args.repeat} steps, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads, backend {args.backend}")
     print(f"{'model':<12}{'ratio':>6}{'planner':>9}{'plain ms':>10}{'staged ms':>11}{'wall x':>8}{'plan x':>8}"
-          f"{'recomp':>8}{'staging s':>11}")
+          f"{'recomp':>8}{'staging s':>11}" + (f"{'peak B':>12}{'budget B':>12}{'max rel diff':>14}" if inductor else ""))
     for name in args.models.split(","):
         sizes = {} if args.full else (ZOO[name].tiny if args.smoke else ZOO[name].small)
         plain = world(name, sizes)
@@ -155,18 +175,27 @@ def main() -> int:
         for ratio in ratios:
             for planner in planners:
                 step = world(name, sizes)
+                t0 = time.perf_counter()
                 try:
-                    staged = dtrlab.stage(step, ratio=ratio, planner=planner, time_limit_s=args.time_limit)
+                    staged = dtrlab.stage(step, ratio=ratio, planner=planner, time_limit_s=args.time_limit,
+                                          backend=args.backend)
                     staged()  # makes the optimizer's state
                     staged()  # plans again with it
+                    if inductor:
+                        staged()  # and compiles, on the plan's second run
                 except StagingOutOfMemory:
                     print(f"{name:<12}{ratio:>6}{planner:>9}{plain_s * 1e3:>10.2f}{'oom':>11}")
                     continue
+                staging_s = time.perf_counter() - t0
                 plain_ms, staged_ms, ratio_x = interleaved(plain, staged, args.repeat)
                 p = staged.plan
+                extra = ""
+                if inductor:
+                    _, peak = staged.measured()
+                    extra = f"{peak.peak_bytes:>12,}{p.budget_bytes:>12,}{closeness(plain, staged):>14.2e}"
                 print(f"{name:<12}{ratio:>6}{planner:>9}{plain_ms:>10.2f}{staged_ms:>11.2f}"
                       f"{ratio_x:>8.2f}{p.replay.overhead:>8.2f}{p.replay.n_recompute:>8}"
-                      f"{p.times_ns['total_ns'] / 1e9:>11.1f}", flush=True)
+                      f"{staging_s:>11.1f}{extra}", flush=True)
     return 0
 
 

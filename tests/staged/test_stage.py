@@ -341,12 +341,16 @@ def test_the_previous_gradients_are_let_go_before_the_staged_graph_runs_and_kept
     assert len(graph.dropped) == sum(p.grad is not None for p in sm.parameters()) > 0
     old = [weakref.ref(p.grad) for p in sm.parameters()]
     seen = []
-    forward = staged.plan.module.forward
+    runner_of = staged._runner
 
-    def run(*inputs):
-        seen.append(sum(r() is not None for r in old))
-        return forward(*inputs)
-    monkeypatch.setattr(staged.plan.module, "forward", run)
+    def spied(p):
+        runner = runner_of(p)
+
+        def run(*inputs):
+            seen.append(sum(r() is not None for r in old))
+            return runner(*inputs)
+        return run
+    monkeypatch.setattr(staged, "_runner", spied)
     torch.manual_seed(7)
     plain_losses = [plain().detach() for _ in range(2)]
     torch.manual_seed(7)
@@ -430,3 +434,26 @@ def test_large_updates_taken_or_copied_are_bitwise_eager_and_seen_through_a_user
     assert all(torch.equal(a, b) for a, b in zip(snapshot(em, eo), snapshot(sm, so)))
     if hold_a_view:
         assert torch.equal(staged_view, eager_view)
+
+
+def test_the_graph_runs_its_own_code_with_each_operator_at_its_entry():
+    # fastcall.fast_forward: no operator left spelled through torch.ops, the same outputs bitwise as the
+    # GraphModule's, and a staged call runs it.
+    from dtrlab.staged.fastcall import fast_forward
+
+    step, _, _ = mlp_world(optimizer="sgd")
+    staged = dtrlab.stage(step, costs="unit")
+    staged()
+    staged()
+    p = staged.plan
+    fast = fast_forward(p.module)
+    assert "torch.ops." in p.module.code and "torch.ops." not in fast.src
+    _, _, inputs = staged._prepared(())
+    with torch.no_grad():
+        torch.manual_seed(1)  # the same dropout masks for both
+        want = p.module(*inputs)
+        torch.manual_seed(1)
+        got = fast(*inputs)
+    assert len(want) == len(got)
+    assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(want, got))
+    assert staged._runners[id(p)].src == fast.src

@@ -66,4 +66,5 @@ def compiled(module: torch.fx.GraphModule) -> Callable:
     def run(*inputs):
         with settings():
             return fn(*inputs)
+    run.compiled_from = module
     return run

@@ -107,7 +107,7 @@ class StagedStep:
         self.step, self.holders = step, holders
         self.budget_bytes, self.ratio, self.policy, self.runtime = budget_bytes, ratio, policy, runtime
         self.costs, self.planner, self.time_limit_s, self.backend = costs, planner, time_limit_s, backend
-        self._runners: dict[int, Callable] = {}  # a plan's runner (backend "inductor"), by the plan's id
+        self._runners: dict[int, Callable] = {}  # a plan's runner, by the plan's id
         self.plans: list[Plan] = [self._plan(args)]
 
     def _plan(self, args: tuple) -> Plan:
@@ -131,16 +131,16 @@ class StagedStep:
         return self.plan, every, inputs
 
     def _runner(self, p: Plan) -> Callable:
-        """What runs `p`'s graph: its GraphModule; for backend "inductor", from the plan's second run on,
-        that compiled (once a plan): a plan run once, as before an optimizer's first step makes its
-        state, is not worth a compilation."""
-        if self.backend == "graph":
-            return p.module
+        """What runs `p`'s graph (made once a plan): its code with each operator called at its C++ entry
+        (fastcall.py); for backend "inductor", from the plan's second run on, the graph compiled by
+        inductor: a plan run once, as before an optimizer's first step makes its state, is not worth
+        a compilation."""
         runner = self._runners.get(id(p))
         if runner is None:  # the first run
-            self._runners[id(p)] = p.module
-            return p.module
-        if runner is p.module:
+            from .fastcall import fast_forward
+
+            runner = self._runners[id(p)] = fast_forward(p.module)
+        elif self.backend == "inductor" and not hasattr(runner, "compiled_from"):
             from .inductor import compiled
 
             runner = self._runners[id(p)] = compiled(p.module)
