@@ -181,8 +181,8 @@ def main() -> int:
                                           backend=args.backend)
                     staged()  # makes the optimizer's state
                     staged()  # plans again with it
-                    if inductor:
-                        staged()  # and compiles, on the plan's second run
+                    while inductor and not staged.compiled:
+                        staged()  # and compiles, on the last plan's second run
                 except StagingOutOfMemory:
                     print(f"{name:<12}{ratio:>6}{planner:>9}{plain_s * 1e3:>10.2f}{'oom':>11}")
                     continue

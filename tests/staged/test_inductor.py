@@ -28,7 +28,7 @@ def _staged_pair(ratio: float, dropout: bool):
     plain_losses = [plain().detach() for _ in range(4)]
     torch.manual_seed(7)
     staged_losses = [staged() for _ in range(4)]  # plan, plan again (the momentum), then compiled twice
-    assert staged._runners[id(staged.plan)].compiled_from is staged.plan.module  # compiled, and it ran
+    assert staged.compiled and staged._runners[id(staged.plan)].compiled_from is staged.plan.module  # and it ran
     return staged, plain_losses, staged_losses, snapshot(pm, po), snapshot(sm, so)
 
 

@@ -146,6 +146,11 @@ class StagedStep:
             runner = self._runners[id(p)] = compiled(p.module)
         return runner
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the current plan runs compiled (backend "inductor", from the plan's second run on)."""
+        return hasattr(self._runners.get(id(self.plan)), "compiled_from")
+
     def __call__(self, *args):
         p, every, inputs = self._prepared(args)
         run = self._runner(p)
