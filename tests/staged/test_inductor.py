@@ -13,13 +13,13 @@ from dtrlab.errors import UsageError  # noqa: E402
 from dtrlab.staged.inductor import GRAD_TOLERANCE, max_relative_difference  # noqa: E402
 from dtrlab.staged.measure import allocator_peak_bytes  # noqa: E402
 
-from test_stage import mlp_world, snapshot  # noqa: E402
+from test_stage import assert_bitwise, mlp_world, snapshot  # noqa: E402
 
 
 def _staged_pair(ratio: float, dropout: bool):
     """The test MLP with SGD (momentum) eager, and staged at `ratio` (unit costs: the plan the graph's
-    and the budget's alone) on inductor; four steps of each from one seed: the losses, and the pair's
-    state."""
+    and the budget's alone) on inductor; four steps of each from one seed: the staged step, the losses,
+    and the pair's state."""
     plain, pm, po = mlp_world(optimizer="sgd", dropout=dropout)
     step, sm, so = mlp_world(optimizer="sgd", dropout=dropout)
     torch.manual_seed(7)
@@ -28,7 +28,6 @@ def _staged_pair(ratio: float, dropout: bool):
     plain_losses = [plain().detach() for _ in range(4)]
     torch.manual_seed(7)
     staged_losses = [staged() for _ in range(4)]  # plan, plan again (the momentum), then compiled twice
-    assert staged.compiled and staged._runners[id(staged.plan)].compiled_from is staged.plan.module  # and it ran
     return staged, plain_losses, staged_losses, snapshot(pm, po), snapshot(sm, so)
 
 
@@ -47,12 +46,10 @@ def test_an_unknown_backend_is_one_line():
 
 
 @pytest.mark.slow
-def test_inductor_staged_mlp_is_close_to_eager_with_dropout_replayed():
-    # Recomputations, dropout's among them (replayed between compiled graphs).
-    staged, plain_losses, staged_losses, want, got = _staged_pair(0.7, dropout=True)
-    p = staged.plan
-    assert p.replay.n_recompute > 0
-    assert any(getattr(n.target, "__name__", "").startswith("replay_rng") for n in p.module.graph.nodes)
+def test_inductor_staged_mlp_with_dropout_is_close_to_eager():
+    # Unbounded: dropout runs once, through ATen's kernels inside the compiled graph (the eager numbers).
+    staged, plain_losses, staged_losses, want, got = _staged_pair(1.0, dropout=True)
+    assert staged.compiled and staged._runners[id(staged.plan)].compiled_from is staged.plan.module
     assert max_relative_difference(want, got) <= GRAD_TOLERANCE
     # a dropout mask drawn afresh would put the losses far apart, not within the tolerance
     assert max_relative_difference(plain_losses, staged_losses) <= GRAD_TOLERANCE
@@ -61,12 +58,27 @@ def test_inductor_staged_mlp_is_close_to_eager_with_dropout_replayed():
 
 
 @pytest.mark.slow
+def test_a_plan_replaying_dropout_runs_as_its_graph_and_says_why():
+    # Compiled, the replays would split the graph and its pieces' inputs outlive the schedule's frees
+    # (docs/staged.md: 3.56 MB against a 3.31 MB budget here): the plan runs as its graph, bitwise.
+    with pytest.warns(UserWarning, match="replays .* random operator"):
+        staged, plain_losses, staged_losses, want, got = _staged_pair(0.7, dropout=True)
+    p = staged.plan
+    assert p.replay.n_recompute > 0 and not staged.compiled
+    assert "runs as its graph" in staged.why_not_compiled
+    assert_bitwise(plain_losses, staged_losses)
+    assert_bitwise(want, got)
+    _, peak = staged.measured()
+    assert peak.kind == "allocator" and peak.peak_bytes <= p.budget_bytes
+
+
+@pytest.mark.slow
 def test_inductor_staged_mlp_without_random_recomputation_keeps_the_budget():
     # No random operator: one compiled graph, no break, whose peak the allocator counts within the
     # budget; the same count of the GraphModule's run is within it too (the count is not inductor's alone).
     staged, _, _, want, got = _staged_pair(0.8, dropout=False)
     p = staged.plan
-    assert p.replay.n_recompute > 0
+    assert p.replay.n_recompute > 0 and staged.compiled and staged.why_not_compiled is None
     assert max_relative_difference(want, got) <= GRAD_TOLERANCE
     _, peak = staged.measured()
     assert peak.kind == "allocator" and 0 < peak.peak_bytes <= p.budget_bytes

@@ -49,6 +49,12 @@ def replay_rng_of(device: torch.device, target):
     return replay_rng
 
 
+def replays_random(gm: GraphModule) -> int:
+    """How many of `gm`'s nodes replay a random operator from a saved generator state."""
+    return sum(n.op == "call_function" and getattr(n.target, "__name__", "").startswith("replay_rng")
+               for n in gm.graph.nodes)
+
+
 def rewrite(gm: GraphModule, program: Program, gmap: GraphMap, schedule: Schedule) -> GraphModule:
     """A GraphModule that runs `schedule` (valid for `program`, checked before): its nodes in the
     schedule's order. FX's generated code drops each value after its last use, and a free ends the

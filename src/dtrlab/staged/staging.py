@@ -8,6 +8,7 @@ the simulation only as a Schedule (dtrlab.schedule) and the public simulate API.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,7 +24,7 @@ from ..trace.lower import Program
 from .graph import Holders, StepGraph, find_holders, held_by, structure_key, trace_step, write_back
 from .lower import GraphMap, lower_graph
 from .measure import MeasuredPeak, allocator_peak_bytes, measure_peak
-from .rewrite import rewrite
+from .rewrite import replays_random, rewrite
 
 
 class StagingOutOfMemory(DtrlabError):
@@ -53,9 +54,9 @@ class Plan:
 COSTS = ("measured", "unit")
 UNIT_COST_NS = 1_000
 
-# How a plan's graph runs: "graph", the rewritten GraphModule's generated code (plain aten calls,
-# bitwise the eager step), or "inductor", that graph compiled by torch.compile's inductor (inductor.py:
-# close within its GRAD_TOLERANCE, its peak measured by the allocator).
+# How a plan's graph runs: "graph", the rewritten GraphModule's generated code, each aten operator
+# called at its C++ entry (fastcall.py; bitwise the eager step), or "inductor", that graph compiled by
+# torch.compile's inductor (inductor.py: close within its GRAD_TOLERANCE, its peak by the allocator).
 BACKENDS = ("graph", "inductor")
 
 # Who makes the schedule: "dtr", the simulator running `policy` (DTR's online decisions), or
@@ -108,6 +109,7 @@ class StagedStep:
         self.budget_bytes, self.ratio, self.policy, self.runtime = budget_bytes, ratio, policy, runtime
         self.costs, self.planner, self.time_limit_s, self.backend = costs, planner, time_limit_s, backend
         self._runners: dict[int, Callable] = {}  # a plan's runner, by the plan's id
+        self._uncompiled: dict[int, str] = {}  # backend "inductor": why a plan is not compiled, by its id
         self.plans: list[Plan] = [self._plan(args)]
 
     def _plan(self, args: tuple) -> Plan:
@@ -140,7 +142,16 @@ class StagedStep:
             from .fastcall import fast_forward
 
             runner = self._runners[id(p)] = fast_forward(p.module)
-        elif self.backend == "inductor" and not hasattr(runner, "compiled_from"):
+        elif self.backend == "inductor" and not hasattr(runner, "compiled_from") and id(p) not in self._uncompiled:
+            replays = replays_random(p.module)
+            if replays:
+                # Dynamo splits the graph at each replay and keeps a piece's inputs alive through it:
+                # compiled, the plan would not keep its budget (docs/staged.md). It runs as its graph.
+                self._uncompiled[id(p)] = (f"plan {self.plans.index(p) + 1} replays {replays} random operator(s): "
+                                          "compiled, its graph would be split there and not keep the budget, so it "
+                                          "runs as its graph (bitwise the eager step)")
+                warnings.warn(f"dtrlab.stage: {self._uncompiled[id(p)]}", stacklevel=3)
+                return runner
             from .inductor import compiled
 
             runner = self._runners[id(p)] = compiled(p.module)
@@ -148,8 +159,15 @@ class StagedStep:
 
     @property
     def compiled(self) -> bool:
-        """Whether the current plan runs compiled (backend "inductor", from the plan's second run on)."""
+        """Whether the current plan runs compiled (backend "inductor", from the plan's second run on,
+        unless it replays random operators: why_not_compiled)."""
         return hasattr(self._runners.get(id(self.plan)), "compiled_from")
+
+    @property
+    def why_not_compiled(self) -> str | None:
+        """Backend "inductor": why the current plan runs as its graph (it replays random operators, and
+        compiled it would not keep the budget), once its second run has decided; else None."""
+        return self._uncompiled.get(id(self.plan))
 
     def __call__(self, *args):
         p, every, inputs = self._prepared(args)
