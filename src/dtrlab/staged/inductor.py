@@ -10,9 +10,10 @@ the schedule's meaning:
 - no fusion (`max_fusion_size` 1): a fused kernel runs nodes the schedule keeps apart together, and
   on the test MLP at ratio 0.8 fusion took the peak 38% over the budget (1,947,436 B against
   1,414,809; 1,231,968 without fusion: docs/staged.md);
-- the random replays and the saved generator states run between compiled graphs (dynamo does not
-  trace into the generator's state), as does a number read out of a tensor unless captured
-  (`capture_scalar_outputs`, on: Adam's step count stays inside the graph);
+- a number read out of a tensor stays inside the graph (`capture_scalar_outputs`: Adam's step count);
+  a plan that replays random operators is not compiled at all (staging.py): dynamo, which does not
+  trace the generator's state, would split its graph at each replay and keep each piece's inputs
+  alive past the schedule's frees;
 - one compile thread (no pool of workers on a shared machine).
 Inductor fuses and reorders floating-point sums, so its results are close, not bitwise
 (GRAD_TOLERANCE); and it may place kernels in another order than the schedule's, so its peak is
@@ -30,6 +31,9 @@ import torch
 # tensors (gradients, updated parameters, optimizer state), relative to the largest value among them.
 # Inductor fuses and reorders floating-point sums, so bits differ; a convolution's bias before a batch
 # norm has a gradient of rounding noise only, so a tensor-by-tensor relative bound would mean nothing.
+# Where a step has a sum that cancels (a convolution's weight gradient before a batch norm, on the zoo's
+# default ResNet-32 and U-Net) inductor's own numerics exceed it, as torch.compile's of the plain step
+# do (docs/staged.md, "How close").
 GRAD_TOLERANCE = 1e-4
 
 
