@@ -77,7 +77,7 @@ STABILITY = {"resnet32": (0.325, 0.33, 0.335, 0.34, 0.345, 0.35),
 STABILITY_STEPS = 20
 
 
-def live_step(name: str, seed: int = 0):
+def study_step(name: str, seed: int = 0):
     """`name`'s zoo step at its shipped size as `dtrlab run` runs it (no optimizer), weights from `seed`."""
     from dtrlab.capture.ship import SHIPPED_SIZES
 
@@ -92,7 +92,7 @@ def stability(models: list[str], steps: int) -> None:
     Then one live step (compiled engine, logical clock: the simulation's decisions) at the same budget in
     bytes, the ratio's of the step's capture, and how many staged steps pay for the staging against it."""
     from dtrlab.capture.recorder import record
-    from dtrlab.live.runs import live_step as live_run
+    from dtrlab.live.runs import live_step
     from dtrlab.live.session import make_plan
     from dtrlab.capture.ship import SHIPPED_THREADS
     from dtrlab.sim.simulate import budget_from_ratio
@@ -103,14 +103,14 @@ def stability(models: list[str], steps: int) -> None:
     print(f"{'model':<12}{'ratio':>7}{'plan x':>8}{'recomp':>8}{'min x':>8}{'median x':>10}{'max x':>8}"
           f"{'max/min':>9}{'>1.5 med':>10}{'staging s':>11}{'live x':>8}{'pays after':>12}")
     for name in models:
-        plain = live_step(name)
+        plain = study_step(name)
         plain()
         plan = make_plan(record(plain).instructions)
         for ratio in STABILITY[name]:
             budget = budget_from_ratio(plan.program, ratio)
             t0 = time.perf_counter()
             try:
-                staged = dtrlab.stage(live_step(name), budget_bytes=budget)
+                staged = dtrlab.stage(study_step(name), budget_bytes=budget)
                 staged()  # the first call plans without gradients, the second with them
                 staged()
             except StagingOutOfMemory:
@@ -127,7 +127,7 @@ def stability(models: list[str], steps: int) -> None:
                 plains.append(t1 - t0)
             plain_s, staged_s = statistics.median(plains), statistics.median(walls)
             times = [w / plain_s for w in walls]
-            live = live_run(live_step(name), budget, "dtr", "logical", 0, "cpu", plan, engine="c")
+            live = live_step(study_step(name), budget, "dtr", "logical", 0, "cpu", plan, engine="c")
             pays = (f"{'-':>12}" if live.outcome != "ok" else f"{'never':>12}" if live.wall_s <= staged_s
                     else f"{staging_s / (live.wall_s - staged_s):>12.1f}")
             live_x = f"{live.wall_s / plain_s:>8.2f}" if live.outcome == "ok" else f"{live.outcome:>8}"
