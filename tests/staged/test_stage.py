@@ -167,6 +167,7 @@ def test_zoo_models_with_sgd_momentum_staged_are_bitwise_the_eager_step(name, ra
     assert measured.peak_bytes - measured.rng_bytes <= p.replay.peak_bytes <= p.budget_bytes
 
 
+@pytest.mark.slow
 def test_a_step_that_updates_nothing_in_place_is_bitwise_the_eager_step():
     # The zoo's LSTM step as `dtrlab run` runs it: forward and backward, no optimizer, no buffers; its
     # graph's only outputs are new gradients (the first plan) and gradients written into (the second).
@@ -436,6 +437,7 @@ def test_large_updates_taken_or_copied_are_bitwise_eager_and_seen_through_a_user
         assert torch.equal(staged_view, eager_view)
 
 
+@pytest.mark.slow
 def test_the_graph_runs_its_own_code_with_each_operator_at_its_entry():
     # fastcall.fast_forward: no operator left spelled through torch.ops, the same outputs bitwise as the
     # GraphModule's, and a staged call runs it.
