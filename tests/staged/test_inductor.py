@@ -13,7 +13,7 @@ from dtrlab.errors import UsageError  # noqa: E402
 from dtrlab.staged.inductor import GRAD_TOLERANCE, max_relative_difference  # noqa: E402
 from dtrlab.staged.measure import allocator_peak_bytes  # noqa: E402
 
-from test_stage import assert_bitwise, mlp_world, snapshot  # noqa: E402
+from test_stage import mlp_world, snapshot  # noqa: E402
 
 
 def _staged_pair(ratio: float, dropout: bool):
@@ -58,18 +58,24 @@ def test_inductor_staged_mlp_with_dropout_is_close_to_eager():
 
 
 @pytest.mark.slow
-def test_a_plan_replaying_dropout_runs_as_its_graph_and_says_why():
-    # Compiled, the replays would split the graph and its pieces' inputs outlive the schedule's frees
-    # (docs/staged.md: 3.56 MB against a 3.31 MB budget here): the plan runs as its graph, bitwise.
-    with pytest.warns(UserWarning, match="replays .* random operator"):
-        staged, plain_losses, staged_losses, want, got = _staged_pair(0.7, dropout=True)
+@pytest.mark.parametrize("ratio", [0.7, 0.5])
+def test_a_plan_replaying_dropout_compiles_whole_with_the_eager_numbers_within_the_budget(ratio):
+    # Every random operator explicit (inductor.explicit_rng): no graph break, the masks the eager step
+    # draws (a fresh mask would put the losses far apart), and the allocator's peak within the budget.
+    from torch._dynamo.utils import counters
+
+    breaks = sum(counters["graph_break"].values())
+    staged, plain_losses, staged_losses, want, got = _staged_pair(ratio, dropout=True)
     p = staged.plan
-    assert p.replay.n_recompute > 0 and not staged.compiled
-    assert "runs as its graph" in staged.why_not_compiled
-    assert_bitwise(plain_losses, staged_losses)
-    assert_bitwise(want, got)
+    assert p.replay.n_recompute > 0 and staged.compiled
+    assert any(getattr(n.target, "__name__", "").startswith("replay_rng") for n in p.module.graph.nodes)
+    assert sum(counters["graph_break"].values()) == breaks
+    assert max_relative_difference(plain_losses, staged_losses) <= GRAD_TOLERANCE
+    assert max_relative_difference(want, got) <= GRAD_TOLERANCE
     _, peak = staged.measured()
-    assert peak.kind == "allocator" and peak.peak_bytes <= p.budget_bytes
+    assert peak.kind == "allocator" and 0 < peak.peak_bytes <= p.budget_bytes
+    # (the generator left where the eager step leaves it: each step's masks follow the last step's draws,
+    # so four steps within the tolerance say so)
 
 
 @pytest.mark.slow
@@ -78,7 +84,7 @@ def test_inductor_staged_mlp_without_random_recomputation_keeps_the_budget():
     # budget; the same count of the GraphModule's run is within it too (the count is not inductor's alone).
     staged, _, _, want, got = _staged_pair(0.8, dropout=False)
     p = staged.plan
-    assert p.replay.n_recompute > 0 and staged.compiled and staged.why_not_compiled is None
+    assert p.replay.n_recompute > 0 and staged.compiled
     assert max_relative_difference(want, got) <= GRAD_TOLERANCE
     _, peak = staged.measured()
     assert peak.kind == "allocator" and 0 < peak.peak_bytes <= p.budget_bytes

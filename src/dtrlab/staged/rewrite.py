@@ -46,13 +46,8 @@ def replay_rng_of(device: torch.device, target):
         finally:
             put(now)
     replay_rng.__name__ = replay_rng.__qualname__ = f"replay_rng_{target.__name__.replace('.', '_')}"
+    replay_rng.target = target  # the random operator it replays
     return replay_rng
-
-
-def replays_random(gm: GraphModule) -> int:
-    """How many of `gm`'s nodes replay a random operator from a saved generator state."""
-    return sum(n.op == "call_function" and getattr(n.target, "__name__", "").startswith("replay_rng")
-               for n in gm.graph.nodes)
 
 
 def rewrite(gm: GraphModule, program: Program, gmap: GraphMap, schedule: Schedule) -> GraphModule:

@@ -8,7 +8,6 @@ the simulation only as a Schedule (dtrlab.schedule) and the public simulate API.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,7 +23,7 @@ from ..trace.lower import Program
 from .graph import Holders, StepGraph, find_holders, held_by, structure_key, trace_step, write_back
 from .lower import GraphMap, lower_graph
 from .measure import MeasuredPeak, allocator_peak_bytes, measure_peak
-from .rewrite import replays_random, rewrite
+from .rewrite import rewrite
 
 
 class StagingOutOfMemory(DtrlabError):
@@ -109,7 +108,6 @@ class StagedStep:
         self.budget_bytes, self.ratio, self.policy, self.runtime = budget_bytes, ratio, policy, runtime
         self.costs, self.planner, self.time_limit_s, self.backend = costs, planner, time_limit_s, backend
         self._runners: dict[int, Callable] = {}  # a plan's runner, by the plan's id
-        self._uncompiled: dict[int, str] = {}  # backend "inductor": why a plan is not compiled, by its id
         self.plans: list[Plan] = [self._plan(args)]
 
     def _plan(self, args: tuple) -> Plan:
@@ -142,32 +140,16 @@ class StagedStep:
             from .fastcall import fast_forward
 
             runner = self._runners[id(p)] = fast_forward(p.module)
-        elif self.backend == "inductor" and not hasattr(runner, "compiled_from") and id(p) not in self._uncompiled:
-            replays = replays_random(p.module)
-            if replays:
-                # Dynamo splits the graph at each replay and keeps a piece's inputs alive through it:
-                # compiled, the plan would not keep its budget (docs/staged.md). It runs as its graph.
-                self._uncompiled[id(p)] = (f"plan {self.plans.index(p) + 1} replays {replays} random operator(s): "
-                                          "compiled, its graph would be split there and not keep the budget, so it "
-                                          "runs as its graph (bitwise the eager step)")
-                warnings.warn(f"dtrlab.stage: {self._uncompiled[id(p)]}", stacklevel=3)
-                return runner
+        elif self.backend == "inductor" and not hasattr(runner, "compiled_from"):
             from .inductor import compiled
 
-            runner = self._runners[id(p)] = compiled(p.module)
+            runner = self._runners[id(p)] = compiled(p.module, p.gmap.random)
         return runner
 
     @property
     def compiled(self) -> bool:
-        """Whether the current plan runs compiled (backend "inductor", from the plan's second run on,
-        unless it replays random operators: why_not_compiled)."""
+        """Whether the current plan runs compiled (backend "inductor", from the plan's second run on)."""
         return hasattr(self._runners.get(id(self.plan)), "compiled_from")
-
-    @property
-    def why_not_compiled(self) -> str | None:
-        """Backend "inductor": why the current plan runs as its graph (it replays random operators, and
-        compiled it would not keep the budget), once its second run has decided; else None."""
-        return self._uncompiled.get(id(self.plan))
 
     def __call__(self, *args):
         p, every, inputs = self._prepared(args)
