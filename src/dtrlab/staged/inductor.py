@@ -123,11 +123,11 @@ def pre_pass(firsts: list[Node], random: dict) -> list[torch.Tensor]:
     """The generator's state before each random operator's first computation, drawn in order as the
     graph would (each operator run on zeros of its arguments' shapes and types: how much it draws
     depends on them, not on their values); the generator left after the last, where the step leaves it."""
-    from .rewrite import _rng_access
+    from .rewrite import rng_access
 
     states = []
     for n in firsts:
-        get, _ = _rng_access(torch.device(random[n.meta["dtrlab_op"]]))
+        get, _ = rng_access(torch.device(random[n.meta["dtrlab_op"]]))
         states.append(get())
         op, args = _random_op(n)
         op(*map_arg(args, _zeros_like_value), **map_arg(n.kwargs, _zeros_like_value))

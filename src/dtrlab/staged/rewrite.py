@@ -18,7 +18,8 @@ from ..trace.lower import Program
 from .lower import GraphMap
 
 
-def _rng_access(device: torch.device):
+def rng_access(device: torch.device):
+    """(get, put) of the generator state of `device`'s default generator."""
     if device.type == "cuda":
         return (lambda: torch.cuda.get_rng_state(device)), (lambda s: torch.cuda.set_rng_state(s, device))
     return torch.get_rng_state, torch.set_rng_state
@@ -26,7 +27,7 @@ def _rng_access(device: torch.device):
 
 def save_rng_of(device: torch.device):
     """A function giving the generator state a random node is about to draw from (its first computation)."""
-    get, _ = _rng_access(device)
+    get, _ = rng_access(device)
 
     def save_rng() -> torch.Tensor:
         return get()
@@ -36,7 +37,7 @@ def save_rng_of(device: torch.device):
 def replay_rng_of(device: torch.device, target):
     """A function running target(*args, **kwargs) drawing from a saved state, the global generator
     left as it was: a recomputation makes its first computation's numbers and takes none from later draws."""
-    get, put = _rng_access(device)
+    get, put = rng_access(device)
 
     def replay_rng(state: torch.Tensor, *args, **kwargs):
         now = get()
