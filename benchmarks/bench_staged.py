@@ -60,10 +60,6 @@ def closeness(plain, staged) -> float:
     return max_relative_difference(lifted_state(find_holders(plain)), lifted_state(staged.holders))
 
 
-def world(name: str, sizes: dict):
-    return zoo_step(name, sizes)  # the step dtrlab.compare runs too: one definition
-
-
 # The study's windows where the live runtime falls into two regimes by timing alone (docs/live.md,
 # "twenty measured steps a ratio"): staged, each step is the same graph, so every step should take one
 # time. The step is the one the live runtime ran there: the zoo's step (forward and backward, no
@@ -169,12 +165,12 @@ def main() -> int:
           f"{'recomp':>8}{'staging s':>11}" + (f"{'peak B':>12}{'budget B':>12}{'max rel diff':>14}" if inductor else ""))
     for name in args.models.split(","):
         sizes = {} if args.full else (ZOO[name].tiny if args.smoke else ZOO[name].small)
-        plain = world(name, sizes)
+        plain = zoo_step(name, sizes)
         plain()  # the optimizer's state, as the staged step's second plan has it
         plain_s = median_seconds(plain, args.repeat, warm=True)  # for the rows that do not stage
         for ratio in ratios:
             for planner in planners:
-                step = world(name, sizes)
+                step = zoo_step(name, sizes)
                 t0 = time.perf_counter()
                 try:
                     staged = dtrlab.stage(step, ratio=ratio, planner=planner, time_limit_s=args.time_limit,

@@ -74,7 +74,9 @@ def settings() -> contextlib.ExitStack:
 
 def _random_op(n: Node) -> tuple:
     """(the random operator, its arguments) of a first computation or of a replay (rewrite.py)."""
-    replayed = getattr(n.target, "target", None)
+    from .rewrite import replayed_op
+
+    replayed = replayed_op(n)
     return (replayed, n.args[1:]) if replayed is not None else (n.target, n.args)
 
 
@@ -85,10 +87,10 @@ def explicit_rng(gm: GraphModule, random: dict) -> tuple[GraphModule, list[Node]
     and those first computations, which pre_pass draws."""
     from torch._prims.rng_prims import run_with_rng_state
 
-    def is_save(n: Node) -> bool:
-        return n.op == "call_function" and getattr(n.target, "__name__", "") == "save_rng"
+    from .rewrite import saves_rng
+
     computations = [n for n in gm.graph.nodes if n.op == "call_function" and n.meta.get("dtrlab_op") in random
-                    and not is_save(n)]
+                    and not saves_rng(n)]
     firsts: dict[int, Node] = {}
     for n in computations:
         firsts.setdefault(n.meta["dtrlab_op"], n)
@@ -99,7 +101,7 @@ def explicit_rng(gm: GraphModule, random: dict) -> tuple[GraphModule, list[Node]
     states = {x: g.placeholder(f"rng_state_{k}") for k, x in enumerate(firsts)}
     chosen = set(computations)
     for n in gm.graph.nodes:
-        if n.op == "placeholder" or is_save(n):
+        if n.op == "placeholder" or saves_rng(n):
             continue
         if n not in chosen:
             env[n] = g.node_copy(n, env.__getitem__)

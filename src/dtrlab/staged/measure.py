@@ -16,6 +16,8 @@ import torch
 from torch.fx import GraphModule, Interpreter
 from torch.utils import _pytree as pytree
 
+from .rewrite import saves_rng
+
 
 @dataclass(frozen=True)
 class MeasuredPeak:
@@ -47,7 +49,7 @@ class _Counter(Interpreter):
                 if isinstance(x, torch.Tensor):
                     s = x.untyped_storage()
                     live[(s.device, s.data_ptr())] = s.nbytes()
-                    if node.op == "call_function" and getattr(node.target, "__name__", "") == "save_rng":
+                    if saves_rng(node):
                         rng.add((s.device, s.data_ptr()))
         total = sum(live.values())
         if total > self.peak:

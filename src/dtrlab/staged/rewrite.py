@@ -31,7 +31,18 @@ def save_rng_of(device: torch.device):
 
     def save_rng() -> torch.Tensor:
         return get()
+    save_rng.saves_rng = True
     return save_rng
+
+
+def saves_rng(node: Node) -> bool:
+    """Whether `node` saves a generator state (save_rng_of) for later replays."""
+    return node.op == "call_function" and getattr(node.target, "saves_rng", False)
+
+
+def replayed_op(node: Node):
+    """The random operator `node` replays from a saved state (replay_rng_of), or None."""
+    return getattr(node.target, "target", None) if node.op == "call_function" else None
 
 
 def replay_rng_of(device: torch.device, target):
