@@ -1,7 +1,8 @@
 """The staged DTR step against PyTorch's checkpointing, at matched measured peak memory: each zoo
 model's step (SGD, momentum 0.9; one thread, CPU) plain, checkpointed per block, with selective
-checkpointing (matmuls and convolutions saved), staged at --ratios, and compiled by inductor under
-torch._functorch.config.activation_memory_budget at --budgets; every mode's steps timed in turns
+checkpointing (matmuls and convolutions saved), staged at --ratios, compiled by inductor under
+torch._functorch.config.activation_memory_budget at --budgets, and compiled with DTR's choice as the
+partitioner's knapsack at --dtr-ratios (compile-dtr); every mode's steps timed in turns
 (the medians of --repeat rounds), every peak measured on one step (dtrlab.compare, docs/checkpointing.md).
 
 Prints a table per model and, per mode, the fastest staged step whose peak is no higher (the
@@ -9,7 +10,8 @@ comparison at matched memory); writes a figure of peak memory (x) against step t
 per mode, to --figure, and the points as JSON beside it.
 
 Run: `python benchmarks/bench_checkpoint.py [--full] [--smoke] [--models unet,densenet] [--repeat N]
-[--ratios 1.0,0.5] [--compile-models transformer] [--budgets 0.1,0.5,0.9] [--figure PATH] [--replot JSON]`; the default
+[--ratios 1.0,0.5] [--compile-models transformer] [--budgets 0.1,0.5,0.9] [--dtr-ratios 1.0,0.9]
+[--figure PATH] [--replot JSON]`; the default
 is the zoo's `small` sizes (a minute a model without compiling), --full the zoo's defaults.
 """
 
@@ -31,6 +33,7 @@ from _timing import SMOKE_HELP  # noqa: E402  (benchmarks/ is on sys.path)
 
 RATIOS = (1.0, 0.8, 0.7, 0.6, 0.5, 0.4)
 BUDGETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+DTR_RATIOS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)  # compile-dtr's, of the partitioner's joint graph's peak
 # Compiled by default: the Transformer only. Inductor takes 30 s to 2 min a budget here, and at the
 # zoo's small sizes ResNet-32 (width 4) corrupts the heap in inductor's compiled backward.
 COMPILE_MODELS = ("transformer",)
@@ -39,9 +42,11 @@ FULL_MODELS = ("resnet32", "transformer", "unet", "densenet")
 KIB = 1024
 
 
-def modes(ratios, budgets, compiled: bool) -> list[Mode]:
+def modes(ratios, budgets, dtr_ratios, compiled: bool) -> list[Mode]:
     out = [Mode("plain"), Mode("checkpoint"), Mode("sac")] + [Mode("staged", r) for r in ratios]
-    return out + ([Mode("compile", b) for b in budgets] if compiled else [])
+    if compiled:
+        out += [Mode("compile", b) for b in budgets] + [Mode("compile-dtr", r) for r in dtr_ratios]
+    return out
 
 
 def table(points, plain_alloc: int | None) -> None:
@@ -53,7 +58,7 @@ def table(points, plain_alloc: int | None) -> None:
             continue
         base = plain_alloc if p.peak_kind == "allocator" else plain.peak_bytes
         print(f"{p.label:<16}{p.peak_bytes / KIB:>10.1f}{p.peak_bytes / base:>9.2f}{p.step_s * 1e3:>10.2f}"
-              f"{p.step_s / plain.step_s:>9.2f}{p.peak_kind:>11}{p.prepare_s:>9.1f}")
+              f"{p.step_s / plain.step_s:>9.2f}{p.peak_kind:>11}{p.prepare_s:>9.1f}  {p.detail}")
     if plain_alloc is not None:
         print(f"{'plain':<16}{plain_alloc / KIB:>10.1f}{1:>9.2f}{'':>10}{'':>9}{'allocator':>11}")
 
@@ -88,6 +93,8 @@ def main() -> int:
     ap.add_argument("--compile-models", default=",".join(COMPILE_MODELS),
                     help="models also run compiled at --budgets ('' for none)")
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="activation_memory_budget values")
+    ap.add_argument("--dtr-ratios", default=",".join(map(str, DTR_RATIOS)),
+                    help="compile-dtr's ratios of the joint graph's peak ('' for none)")
     ap.add_argument("--figure", default="checkpointing.png", help="where the figure goes (and its .json)")
     ap.add_argument("--replot", metavar="JSON", help="draw the figure again from a run's JSON; run nothing")
     args = ap.parse_args()
@@ -99,6 +106,7 @@ def main() -> int:
     torch.set_num_threads(1)
     ratios = tuple(float(r) for r in args.ratios.split(",") if r)
     budgets = tuple(float(b) for b in args.budgets.split(",") if b)
+    dtr_ratios = tuple(float(r) for r in args.dtr_ratios.split(",") if r)
     compiled = set(filter(None, args.compile_models.split(",")))
     models = args.models.split(",") if args.models else list(FULL_MODELS if args.full else ZOO)
     if args.smoke:  # one tiny model, plain, checkpointed, unbounded staged; nothing compiled
@@ -110,7 +118,7 @@ def main() -> int:
     for name in models:
         sizes = {} if args.full else (ZOO[name].tiny if args.smoke else ZOO[name].small)
         print(f"\n{name}: {ZOO[name].description(**sizes)}", flush=True)
-        points = compare(name, sizes, modes(ratios, budgets, name in compiled), repeat=args.repeat)
+        points = compare(name, sizes, modes(ratios, budgets, dtr_ratios, name in compiled), repeat=args.repeat)
         plain_alloc = plain_allocator_peak_bytes(name, sizes) if name in compiled else None
         results[name] = (points, plain_alloc)
         table(points, plain_alloc)

@@ -1,6 +1,6 @@
 """The comparison at matched memory (compare.matched) on hand-made points, against hand-computed rows:
-a win, a loss, no staged step low enough, equals, and the points never matched (staged, skipped, or
-counted by the allocator)."""
+a win, a loss, no DTR step low enough, equals, the points never matched (DTR's own, skipped, or counted
+by another counter than the DTR steps'), and compiled points against compiled DTR steps."""
 
 from __future__ import annotations
 
@@ -47,6 +47,19 @@ def test_allocator_counted_skipped_and_staged_points_are_never_matched():
     assert at_matched_memory(compiled_only + POINTS[3:5]) == ()
     no_blocks = [_point("checkpoint", None, None, None, skipped="no blocks"), _point("staged", 1.0, 10, 1.0)]
     assert at_matched_memory(no_blocks) == ()
+
+
+def test_compiled_points_are_matched_against_compiled_dtr_steps_only():
+    points = POINTS + [_point("compile-dtr", 1.0, 450, 7.0, kind="allocator"),
+                       _point("compile-dtr", 0.8, 350, 9.0, kind="allocator"),
+                       _point("compile", 0.1, 300, 9.0, kind="allocator")]
+    rows = at_matched_memory(points)
+    # the eager modes' rows as before: a compile-dtr step (allocator) is never a staged one's stand-in
+    assert rows[:3] == at_matched_memory(POINTS)
+    # compile 0.5 (500 B, 8 ms): compile-dtr 1.0 (450 B, 7 ms) and 0.8 (350 B, 9 ms) fit: 1.0, faster;
+    # compile 0.1 (300 B): neither is as low
+    assert rows[3:] == (Matched("m", "compile 0.5", 500, 0.008, "compile-dtr 1", 450, 0.007, DTR_WINS),
+                        Matched("m", "compile 0.1", 300, 0.009, None, None, None, NONE_FITS))
 
 
 def test_as_fast_is_a_loss_and_the_first_of_equals_is_chosen():

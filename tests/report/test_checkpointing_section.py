@@ -37,7 +37,9 @@ TRANSFORMER = (_point("transformer", "plain", None, 4.0, 10.0), _point("transfor
                _point("transformer", "staged", 0.8, 3.0, 16.0), _point("transformer", "staged", 1.0, 5.0, 9.0),
                _point("transformer", "staged", 0.5, None, None, skipped="the step does not fit"),
                _point("transformer", "compile", 0.9, 3.5, 8.0, "allocator"),
-               _point("transformer", "compile", 0.1, 2.5, 9.0, "allocator"))
+               _point("transformer", "compile", 0.1, 2.5, 9.0, "allocator"),
+               _point("transformer", "compile-dtr", 1.0, 3.0, 7.0, "allocator"),
+               _point("transformer", "compile-dtr", 0.9, 2.0, 9.5, "allocator"))
 LSTM = (_point("lstm", "plain", None, 1.0, 5.0), _point("lstm", "checkpoint", None, None, None, skipped="no blocks"),
         _point("lstm", "staged", 1.0, 1.5, 6.0))
 RESULTS = {"transformer": (TRANSFORMER, int(4.5 * MIB)), "lstm": (LSTM, None)}
@@ -58,13 +60,15 @@ def test_a_panel_a_model_and_a_curve_a_mode_by_peak():
             "plain": ([4.0], [10.0]), "checkpoint": ([2.0], [14.0]),
             "staged": ([3.0, 5.0], [16.0, 9.0]),  # by peak; 0.5 did not fit: no point
             "compile (allocator count)": ([2.5, 3.5], [9.0, 8.0]),
+            "compile-dtr (allocator count)": ([2.0, 3.0], [9.5, 7.0]),
             "plain (allocator count)": ([4.5], [10.0])}
         assert lstm == {"plain": ([1.0], [5.0]), "staged": ([1.5], [6.0])}  # checkpoint skipped: no curve
         compiled = next(ln for ln in shown[0].get_lines() if ln.get_gid() == "compile")
         assert compiled.get_markerfacecolor() == "none"
         (legend,) = [ax.get_legend() for ax in shown if ax.get_legend() is not None]
         assert [t.get_text() for t in legend.get_texts()] == ["plain", "checkpoint", "staged",
-                                                              "compile (allocator count)", "plain (allocator count)"]
+                                                              "compile (allocator count)",
+                                                              "compile-dtr (allocator count)", "plain (allocator count)"]
         settings = {t.get_text() for t in shown[0].texts}
         assert settings == {"0.8", "1", "0.9", "0.1"}
     finally:
@@ -93,17 +97,21 @@ def _render(section) -> tuple[str, str]:
 def test_the_tables_give_every_verdict_and_no_section_when_not_asked():
     section = _section()
     # transformer plain (4 MiB, 10 ms): staged 0.8 (3 MiB) at 16 ms loses; checkpoint (2 MiB): none fits;
-    # lstm plain (1 MiB): staged 1.0 is 1.5 MiB, none fits; compiled points are not matched.
-    assert [(m.model, m.label, m.verdict) for m in section.matched] == [
-        ("transformer", "plain", DTR_LOSES), ("transformer", "checkpoint", NONE_FITS), ("lstm", "plain", NONE_FITS)]
-    assert section.tally == {DTR_WINS: 0, DTR_LOSES: 1, NONE_FITS: 2} and section.compiled_models == ("transformer",)
+    # compile 0.9 (3.5 MiB, 8 ms): compile-dtr 1.0 (3 MiB) at 7 ms wins; compile 0.1 (2.5 MiB, 9 ms): only
+    # compile-dtr 0.9 (2 MiB) fits, at 9.5 ms: a loss; lstm plain (1 MiB): staged 1.0 is 1.5 MiB, none fits.
+    assert [(m.model, m.label, m.staged, m.verdict) for m in section.matched] == [
+        ("transformer", "plain", "staged 0.8", DTR_LOSES), ("transformer", "checkpoint", None, NONE_FITS),
+        ("transformer", "compile 0.9", "compile-dtr 1", DTR_WINS),
+        ("transformer", "compile 0.1", "compile-dtr 0.9", DTR_LOSES), ("lstm", "plain", None, NONE_FITS)]
+    assert section.tally == {DTR_WINS: 1, DTR_LOSES: 2, NONE_FITS: 2} and section.compiled_models == ("transformer",)
     html, md = _render(section)
     assert ("<tr><td>transformer</td><td>plain</td><td class=\"num\">4,096.0</td><td class=\"num\">10.00</td>\n"
             "<td>staged 0.8</td><td class=\"num\">3,072.0</td><td class=\"num\">16.00</td>\n"
             "<td class=\"num\">1.60x</td><td>DTR loses</td></tr>") in html
     assert "| transformer | plain | 4,096.0 | 10.00 | staged 0.8 | 3,072.0 | 16.00 | 1.60x | DTR loses |" in md
-    assert "| lstm | plain | 1,024.0 | 5.00 | - | - | - | - | no staged step fits |" in md
-    assert "DTR wins: 0; DTR loses: 1; no staged step fits: 2." in md and "no blocks" in html
+    assert "| lstm | plain | 1,024.0 | 5.00 | - | - | - | - | no DTR step fits |" in md
+    assert "| transformer | compile 0.9 | 3,584.0 | 8.00 | compile-dtr 1 | 3,072.0 | 7.00 | 0.88x | DTR wins |" in md
+    assert "DTR wins: 1; DTR loses: 2; no DTR step fits: 2." in md and "no blocks" in html
     html, md = _render(_section(torch=None))
     assert "torch is not installed" in html and "torch is not installed" in md and "<table" not in html
     assert _render(None) == ("", "")

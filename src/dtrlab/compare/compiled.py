@@ -9,6 +9,7 @@ and its closeness to eager the staged inductor mode's GRAD_TOLERANCE. Plain eage
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -23,12 +24,15 @@ from .world import state_of, zoo_step
 RECOMPILE_LIMIT = 64
 
 
-def _settings(budget: float):
+def settings(budget: float) -> contextlib.ExitStack:
     """The settings a compiled step is made and run under, patched for its calls only: the partitioner's
     activation memory budget, one compile thread (no pool of compile workers on a shared machine), and
     room for every budget's version of the model's forward."""
-    return (functorch_config.patch(activation_memory_budget=budget), inductor_config.patch(compile_threads=1),
-            torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
+    stack = contextlib.ExitStack()
+    for patch in (functorch_config.patch(activation_memory_budget=budget), inductor_config.patch(compile_threads=1),
+                  torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT)):
+        stack.enter_context(patch)
+    return stack
 
 
 def compiled_runner(mode, world: Callable[[], None]):
@@ -53,8 +57,7 @@ def compiled_runner(mode, world: Callable[[], None]):
     world.model.compile(backend=backend)
 
     def run() -> None:
-        a, b, c = _settings(budget)
-        with a, b, c:
+        with settings(budget):
             world()
     return Runner(mode, run, lambda: step_allocator_peak_bytes(run, world), peak_kind="allocator")
 

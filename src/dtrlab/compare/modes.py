@@ -3,7 +3,7 @@ the mode runs it, and the real peak of one step measured.
 
 Owns the modes' names and settings and how each is made: plain eager; torch.utils.checkpoint per
 block (whole or selective); staged DTR (dtrlab.stage) at a ratio; torch.compile under an activation
-memory budget (compiled.py).
+memory budget (compiled.py), or with DTR's choice as its partitioner's knapsack (partitioned.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from .blocks import checkpointed, find_blocks
 from .peak import eager_peak_bytes
 from .world import state_of
 
-PLAIN, CHECKPOINT, SAC, STAGED, COMPILE = "plain", "checkpoint", "sac", "staged", "compile"
-MODES = (PLAIN, CHECKPOINT, SAC, STAGED, COMPILE)
+PLAIN, CHECKPOINT, SAC, STAGED, COMPILE, COMPILE_DTR = "plain", "checkpoint", "sac", "staged", "compile", "compile-dtr"
+MODES = (PLAIN, CHECKPOINT, SAC, STAGED, COMPILE, COMPILE_DTR)
+TAKE_SETTING = (STAGED, COMPILE, COMPILE_DTR)
 
 
 class NoBlocks(DtrlabError):
@@ -27,8 +28,8 @@ class NoBlocks(DtrlabError):
 
 @dataclass(frozen=True)
 class Mode:
-    """A mode and its setting: the ratio of a staged step's own unconstrained peak, or the
-    activation_memory_budget of a compiled one; None for the others."""
+    """A mode and its setting: the ratio of a staged step's own unconstrained peak (or of the compiled
+    joint graph's, compile-dtr), or the activation_memory_budget of a compiled one; None for the others."""
 
     name: str
     setting: float | None = None
@@ -36,7 +37,7 @@ class Mode:
     def __post_init__(self) -> None:
         if self.name not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.name!r}")
-        if (self.setting is None) != (self.name not in (STAGED, COMPILE)):
+        if (self.setting is None) != (self.name not in TAKE_SETTING):
             raise ValueError(f"mode {self.name} {'needs' if self.setting is None else 'takes no'} setting")
 
     @property
@@ -53,12 +54,13 @@ class Runner:
     step: Callable[[], object]
     peak_bytes: Callable[[], int]
     peak_kind: str = "storages"  # live storages by identity; "allocator" for compiled code (compiled.py)
+    detail: Callable[[], str] = lambda: ""
 
 
 def prepare(mode: Mode, world: Callable[[], None], costs: str = "measured") -> Runner:
     """`mode` made ready on `world` (a fresh world.zoo_step). Raises NoBlocks (checkpointing a model
     without blocks) and StagingOutOfMemory (a staged ratio that does not fit). `costs`: how the
-    staged step's simulation costs operators (dtrlab.stage's)."""
+    staged step's simulation (and compile-dtr's) costs operators (dtrlab.stage's)."""
     if mode.name == PLAIN:
         return Runner(mode, world, lambda: eager_peak_bytes(world, lambda: state_of(world)))
     if mode.name in (CHECKPOINT, SAC):
@@ -73,6 +75,10 @@ def prepare(mode: Mode, world: Callable[[], None], costs: str = "measured") -> R
     if mode.name == STAGED:
         staged = stage(world, ratio=mode.setting, costs=costs)
         return Runner(mode, staged, lambda: staged.measured()[1].peak_bytes)
+    if mode.name == COMPILE_DTR:
+        from .partitioned import partitioned_runner
+
+        return partitioned_runner(mode, world, costs)
     from .compiled import compiled_runner
 
     return compiled_runner(mode, world)

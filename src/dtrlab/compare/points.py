@@ -24,7 +24,8 @@ WARM_STEPS = 2  # the optimizer's first step makes its state; a staged step plan
 class Point:
     """One mode of one model: its measured peak (bytes, by `peak_kind`'s counter) and the median of
     its step times (s); `skipped` says in one line why a mode has no figures (out of memory staged,
-    no blocks), and `prepare_s` how long making it ready took (staging, compiling, warm steps)."""
+    no blocks), `prepare_s` how long making it ready took (staging, compiling, warm steps), and
+    `detail` what the mode decided (compile-dtr: how many of the partitioner's candidates DTR recomputes)."""
 
     model: str
     mode: str
@@ -34,6 +35,7 @@ class Point:
     peak_kind: str = "storages"
     prepare_s: float = 0.0
     skipped: str = ""
+    detail: str = ""
 
     @property
     def label(self) -> str:
@@ -76,5 +78,5 @@ def compare(name: str, sizes: dict, modes: Iterable[Mode], repeat: int = 5, cost
             points.append(Point(name, mode.name, mode.setting, None, None, prepare_s=prepare_s, skipped=why))
             continue
         points.append(Point(name, mode.name, mode.setting, runner.peak_bytes(), statistics.median(times[i]),
-                            runner.peak_kind, prepare_s))
+                            runner.peak_kind, prepare_s, detail=runner.detail()))
     return points

@@ -3,8 +3,8 @@ PyTorch's own ways to trade time for memory, each mode's real peak measured and 
 turns with the others' (dtrlab.compare, docs/checkpointing.md), and DTR's verdict at matched memory.
 
 Owns which models, sizes and modes the report runs (every zoo model at ZooModel.small: plain,
-checkpoint, sac and staged at STAGED_RATIOS; compiled at COMPILE_BUDGETS on COMPILE_MODELS only), the
-section's value and its memo key. Without torch the section says so and runs nothing.
+checkpoint, sac and staged at STAGED_RATIOS; compiled at COMPILE_BUDGETS, and with DTR's knapsack at
+COMPILE_DTR_RATIOS, on COMPILE_MODELS only), the section's value and its memo key. Without torch the section says so and runs nothing.
 """
 
 from __future__ import annotations
@@ -17,11 +17,15 @@ from ..compare.matched import DTR_LOSES, DTR_WINS, NONE_FITS, Matched, at_matche
 from .live import measured_on
 
 EAGER_MODES = ("plain", "checkpoint", "sac")
+COMPILED = ("compile", "compile-dtr")  # the modes run by inductor (their peaks are the allocator's)
 STAGED_RATIOS = (1.0, 0.8, 0.7, 0.6, 0.5)  # of each staged step's own unconstrained peak
 # Inductor takes 30 s to 2 min a budget on this machine, and at the zoo's small sizes ResNet-8 (width 4)
 # corrupts the heap in inductor's compiled backward (docs/checkpointing.md): the Transformer only.
 COMPILE_BUDGETS = (0.1, 0.5, 0.9)  # torch._functorch.config.activation_memory_budget
 COMPILE_MODELS = ("transformer",)
+# compile-dtr's, of the joint graph's own peak: at the small sizes its inputs fill most of it, and DTR
+# fits the Transformer's down to about 0.9 (docs/checkpointing.md)
+COMPILE_DTR_RATIOS = (1.0, 0.9)
 REPEAT = 3  # rounds of steps in turns; a step time is the median of its mode's
 THREADS = 1  # torch's intra-op threads while the section runs (as benchmarks/bench_checkpoint.py)
 
@@ -70,7 +74,7 @@ class CheckpointingSection:
 
     @property
     def compiled_models(self) -> tuple[str, ...]:
-        return tuple(r.model for r in self.runs if any(p.mode == "compile" for p in r.points))
+        return tuple(r.model for r in self.runs if any(p.mode in COMPILED for p in r.points))
 
     @property
     def tally(self) -> dict[str, int]:
@@ -80,13 +84,14 @@ class CheckpointingSection:
 
 def default_setups() -> tuple[ModelSetup, ...]:
     """Every zoo model at its small sizes, in the zoo's order: EAGER_MODES, staged at STAGED_RATIOS and, on
-    COMPILE_MODELS, compiled at COMPILE_BUDGETS; none without torch (the zoo is PyTorch models)."""
+    COMPILE_MODELS, compiled at COMPILE_BUDGETS and with DTR's knapsack at COMPILE_DTR_RATIOS; none without
+    torch (the zoo is PyTorch models)."""
     if importlib.util.find_spec("torch") is None:
         return ()
     from ..capture.zoo import ZOO
 
     modes = tuple((m, None) for m in EAGER_MODES) + tuple(("staged", r) for r in STAGED_RATIOS)
-    compiled = tuple(("compile", b) for b in COMPILE_BUDGETS)
+    compiled = tuple(("compile", b) for b in COMPILE_BUDGETS) + tuple(("compile-dtr", r) for r in COMPILE_DTR_RATIOS)
     return tuple(ModelSetup(name, model.small, modes + (compiled if name in COMPILE_MODELS else ()))
                  for name, model in ZOO.items())
 
@@ -120,7 +125,7 @@ def checkpointing_section(tick: Callable[[str], None] = lambda _what: None,
         for s in setups:
             points = tuple(compare(s.model, s.sizes, [Mode(name, setting) for name, setting in s.modes], repeat=repeat))
             plain_allocator = None
-            if any(p.mode == "compile" for p in points):
+            if any(p.mode in COMPILED for p in points):
                 from ..compare.compiled import plain_allocator_peak_bytes
 
                 plain_allocator = plain_allocator_peak_bytes(s.model, s.sizes)

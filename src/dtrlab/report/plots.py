@@ -233,7 +233,8 @@ def optimal_baselines(trace: str, points):
 
 # The checkpointing comparison's modes (dtrlab.compare's names): colour and marker of each one's curve.
 MODE_STYLES = {"plain": ("k", "o"), "checkpoint": ("tab:blue", "s"), "sac": ("tab:green", "^"),
-               "staged": ("tab:red", "D"), "compile": ("tab:purple", "v")}
+               "staged": ("tab:red", "D"), "compile": ("tab:purple", "v"),
+               "compile-dtr": ("tab:orange", "P")}
 ALLOCATOR_COUNT = " (allocator count)"  # after the label of a curve whose peaks the allocator counted
 PEAK_UNITS = (("MiB", 1024 * 1024), ("KiB", 1024))  # the first whose size the largest peak reaches
 
