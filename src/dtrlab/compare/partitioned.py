@@ -87,7 +87,8 @@ class DtrKnapsack(CustomKnapsackSolver):
         result, schedule = simulate_schedule(program, budget, self.policy, self.runtime)
         if result.outcome != OK:
             raise StagingOutOfMemory(f"DTR does not fit the partitioner's joint graph in {budget:,} B (ratio "
-                                     f"{self.ratio:g} of {baseline(program).peak_bytes:,} B): {result.outcome}")
+                                     f"{self.ratio:g} of {baseline(program).peak_bytes:,} B; its inputs alone take "
+                                     f"{program.constant_bytes:,} B): {result.outcome}")
         again = recomputed_in_backward(schedule, gmap.op_node, set(node_info.required_bw_nodes))
         recompute = [i for i, n in enumerate(candidates) if n in again]
         saved = [i for i, n in enumerate(candidates) if n not in again]

@@ -72,7 +72,7 @@ def check_schedule(program: Program, schedule: Schedule, budget_bytes: int | Non
     t_storage, t_alias = program.tensor_storage.tolist(), program.tensor_alias_arg.tolist()
     t_size = program.tensor_size_bytes.tolist()
     s_size = program.storage_size_bytes.tolist()
-    s_constant = program.op_constant[program.tensor_op[program.storage_root]].tolist()
+    s_constant = program.storage_constant.tolist()
     s_tensors: list[list[int]] = [[] for _ in range(n_storages)]
     for t, s in enumerate(t_storage):
         s_tensors[s].append(t)

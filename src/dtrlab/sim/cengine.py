@@ -149,7 +149,7 @@ def _prepared(program: Program) -> dict:
               program.tensor_size_bytes.astype(i64), program.storage_size_bytes.astype(i64), s_tptr, order,
               program.step_kind.astype(np.int8), program.step_target.astype(i32),
               f_ptr, f_list, f_birth, r_ptr, r_list, r_birth,
-              program.op_constant[program.tensor_op[program.storage_root]].astype(np.int8))
+              program.storage_constant.astype(np.int8))
     prep = {name: np.ascontiguousarray(a) for name, a in zip(_BUFFER_NAMES, arrays)}
     program.meta["_cengine_bufs"] = prep
     return prep

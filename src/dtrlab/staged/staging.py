@@ -86,7 +86,7 @@ def plan(step: Callable, holders: Holders, args: tuple, budget_bytes: int | None
             f"the step does not fit in {budget:,} B under {result.policy}/{result.runtime}: the simulation "
             f"stops ({result.outcome}) after {len(schedule)} events; its unconstrained peak is {peak:,} B "
             f"(ratio {budget / peak:.3f}), and its inputs and state alone take "
-            f"{int(program.storage_size_bytes[program.op_constant[program.tensor_op[program.storage_root]]].sum()):,} B")
+            f"{program.constant_bytes:,} B")
     t3 = clock()
     replay = check_schedule(program, schedule, budget)
     t4 = clock()

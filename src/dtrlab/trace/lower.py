@@ -66,6 +66,16 @@ class Program:
     def compute_ns(self) -> int:
         return int(self.op_cost_ns.sum())
 
+    @property
+    def storage_constant(self) -> np.ndarray:
+        """Per storage: whether a constant makes it (resident from its place to the end, counted)."""
+        return self.op_constant[self.tensor_op[self.storage_root]]
+
+    @property
+    def constant_bytes(self) -> int:
+        """The bytes of every storage a constant makes: what no schedule can free."""
+        return int(self.storage_size_bytes[self.storage_constant].sum())
+
     def args_of(self, op: int) -> np.ndarray:
         return self.op_args[self.op_arg_ptr[op]:self.op_arg_ptr[op + 1]]
 
