@@ -94,6 +94,7 @@ def run_staged(model, script, batch, device: str, size, ratio: float | None, bud
 
     from ..staged.graph import find_holders, lifted_state
     from ..staged.inductor import GRAD_TOLERANCE, max_relative_difference
+    from ..staged.measure import allocator_peak_bytes
     from ..staged.staging import stage
 
     plain, label = _world(model, script, batch, device, size, optimizer, seed)
@@ -111,11 +112,16 @@ def run_staged(model, script, batch, device: str, size, ratio: float | None, bud
     staging_s = time.perf_counter() - t0
     staged_s = _median_s(staged, steps)
     _, measured = staged.measured()
+    cuda_peak = None
+    if device == "cuda":  # the caching allocator's own peak over one more step (docs/staged.md)
+        # a generator: read before the step, it holds none of the old gradients the step lets go
+        cuda_peak = allocator_peak_bytes(staged, (t for t in lifted_state(staged.holders)))
     torch.manual_seed(seed + 1)
     for _ in range(warm):  # as many steps as the staged side's staging ran, from the same seed
         plain()
     plain_s = _median_s(plain, steps)
-    plain()
+    for _ in range(1 + (cuda_peak is not None)):  # the measured step, and the CUDA-counted one
+        plain()
     # Parameters, buffers, gradients and optimizer state, as the staged step lifts them, bitwise.
     mine, theirs = lifted_state(staged.holders), lifted_state(find_holders(plain))
     same = len(mine) == len(theirs) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(mine, theirs))
@@ -130,7 +136,7 @@ def run_staged(model, script, batch, device: str, size, ratio: float | None, bud
                "recomputations": p.replay.n_recompute, "simulated_peak_bytes": p.replay.peak_bytes,
                "backend": backend, "compiled": staged.compiled,
                "measured_peak_bytes": measured.peak_bytes,
-               "measured_by": measured.kind,
+               "measured_by": measured.kind, "cuda_peak_bytes": cuda_peak,
                "rng_state_bytes": measured.rng_bytes, "state_equals_plain": same,
                "state_max_relative_difference": differs, "state_within_tolerance": differs <= GRAD_TOLERANCE}
     if as_json:

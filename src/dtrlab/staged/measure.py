@@ -1,7 +1,8 @@
 """The real peak of a staged step, apart from any model (the measurement behind docs/staged.md's
 claims): the bytes of the live storages, counted by identity after every node as the graph runs; or,
 for compiled code (which allocates its buffers below the dispatcher, where no storage can be
-followed), the CPU allocator's own reports to the profiler (every allocation and free, with its bytes).
+followed), the allocator's own count: the CPU allocator's reports to the profiler (every allocation
+and free, with its bytes), or on a CUDA device the caching allocator's peak statistic.
 
 Owns only the counting; the storage count runs the same graph the staged step runs, through FX's
 interpreter, which drops each value after its last use as the generated code does.
@@ -66,16 +67,20 @@ def measure_peak(gm: GraphModule, inputs: list) -> tuple[list, MeasuredPeak]:
 
 
 def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tensor]) -> int:
-    """The bytes of `state`'s distinct storages, plus the most the CPU allocator held at once, above
-    where it stood when `step` began, while `step` ran. The profiler reports no free of a block
-    allocated before it started: `state` must be all that lives from before and is freed inside
-    (a step's old gradients dropped before, as its own zero_grad would)."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """The bytes of `state`'s distinct storages, plus the most the allocator held at once, above where
+    it stood when `step` began, while `step` ran: CUDA's caching allocator's count (its own peak
+    statistic) when any of `state` is on a CUDA device, else the CPU allocator's. On the CPU the
+    profiler reports no free of a block allocated before it started: `state` must be all that lives
+    from before and is freed inside (a step's old gradients dropped before, as its own zero_grad would)."""
     held = {}
     for t in state:
         s = t.untyped_storage()
         held[(s.device, s.data_ptr())] = s.nbytes()
+    cuda = [device for device, _ in held if device.type == "cuda"]
+    if cuda:
+        return sum(held.values()) + _cuda_most_above_start(step, cuda[0])
+    from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
@@ -85,3 +90,13 @@ def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tenso
         now += nbytes
         most = max(most, now)
     return sum(held.values()) + most
+
+
+def _cuda_most_above_start(step: Callable[[], object], device: torch.device) -> int:
+    """The most CUDA's caching allocator held on `device` while `step` ran, above its level at the start."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - start
