@@ -288,7 +288,7 @@ def portfolio_best(program: Program, budget_bytes: int, say=lambda _msg: None,
     chained = best_chain_schedule(program, budget_bytes, remat_limit_ns=limit_ns)
     if chained is not None:
         best = (chained.remat_ns, chained.schedule, CHAIN_MAKER, 1.0)
-        say(f"best so far: the chain schedule, {chained.slots} slots ({overhead_of(program, best[0]):.4f}x)")
+        say(f"best so far: the chain schedule, {chained.plan} ({overhead_of(program, best[0]):.4f}x)")
     return dtr_overhead, best
 
 
