@@ -16,6 +16,7 @@ import torch
 from torch._functorch import config as functorch_config
 from torch._inductor import config as inductor_config
 
+from ..errors import DtrlabError
 from ..staged.measure import allocator_peak_bytes
 from .world import state_of, zoo_step
 
@@ -35,10 +36,13 @@ def settings(budget: float) -> contextlib.ExitStack:
     return stack
 
 
-def compiled_runner(mode, world: Callable[[], None]):
+def compiled_runner(mode, world: Callable[[], None], budget: float | None = None, solver=None,
+                    detail: Callable[[], str] = lambda: ""):
     """`world`'s model compiled in place (nn.Module.compile: its forward and, through AOT autograd, its
-    backward; the loss and the optimizer's update stay eager) by inductor under mode.setting as the
-    activation memory budget. Its first step compiles.
+    backward; the loss and the optimizer's update stay eager) by inductor under `budget` (default:
+    mode.setting) as the activation memory budget, and `solver` (if given) as the partitioner's knapsack
+    solver. Its first step compiles; an error of dtrlab's raised inside the compilation (a solver's)
+    comes out as itself, not wrapped in dynamo's.
 
     Each runner compiles through a backend of its own (inductor's compile_fx under its budget): dynamo
     matches a cached compilation to the backend that made it, so models of one class compiled under
@@ -48,18 +52,24 @@ def compiled_runner(mode, world: Callable[[], None]):
 
     from .modes import Runner
 
-    budget = mode.setting
+    budget = mode.setting if budget is None else budget
+    solving = {} if solver is None else {"activation_memory_budget_solver": solver}
 
     def backend(gm, example_inputs):
-        with functorch_config.patch(activation_memory_budget=budget):
+        with functorch_config.patch(activation_memory_budget=budget, **solving):
             return compile_fx(gm, example_inputs)
 
     world.model.compile(backend=backend)
 
     def run() -> None:
         with settings(budget):
-            world()
-    return Runner(mode, run, lambda: step_allocator_peak_bytes(run, world), peak_kind="allocator")
+            try:
+                world()
+            except torch._dynamo.exc.BackendCompilerFailed as e:
+                if isinstance(e.inner_exception, DtrlabError):
+                    raise e.inner_exception from None
+                raise
+    return Runner(mode, run, lambda: step_allocator_peak_bytes(run, world), peak_kind="allocator", detail=detail)
 
 
 def step_allocator_peak_bytes(run: Callable[[], object], world: Callable[[], None]) -> int:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch._functorch import config as functorch_config
 from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
 from ..defaults import DEFAULT_POLICY, DEFAULT_RUNTIME
@@ -101,31 +100,12 @@ class DtrKnapsack(CustomKnapsackSolver):
 
 
 def partitioned_runner(mode, world: Callable[[], None], costs: str = "measured"):
-    """`world`'s model compiled in place by inductor (as compiled.compiled_runner) with DtrKnapsack at
+    """`world`'s model compiled in place by inductor (compiled.compiled_runner) with DtrKnapsack at
     mode.setting (and `costs`) as the partitioner's knapsack solver. Its first step compiles."""
-    from torch._inductor.compile_fx import compile_fx
-
-    from .compiled import settings, step_allocator_peak_bytes
-    from .modes import Runner
+    from .compiled import compiled_runner
 
     solver = DtrKnapsack(mode.setting, costs=costs)
-
-    def backend(gm, example_inputs):
-        with functorch_config.patch(activation_memory_budget=KNAPSACK_BUDGET, activation_memory_budget_solver=solver):
-            return compile_fx(gm, example_inputs)
-
-    world.model.compile(backend=backend)
-
-    def run() -> None:
-        with settings(KNAPSACK_BUDGET):
-            try:
-                world()
-            except torch._dynamo.exc.BackendCompilerFailed as e:
-                if isinstance(e.inner_exception, StagingOutOfMemory):
-                    raise e.inner_exception from None
-                raise
-    return Runner(mode, run, lambda: step_allocator_peak_bytes(run, world), peak_kind="allocator",
-                  detail=lambda: described(solver.decisions))
+    return compiled_runner(mode, world, KNAPSACK_BUDGET, solver, detail=lambda: described(solver.decisions))
 
 
 def described(decisions: list[Decision]) -> str:
