@@ -113,12 +113,14 @@ class RotorTable:
         self._fill()
 
     def _sizes(self) -> None:
-        """Every holding in levels: a state, and per keep i of stage s (columns):
-        what it holds with the next state while s + 1.. reverse, what stage s's backward needs (its
-        gradients' room too), and its remaking ns (a keep a stage does not offer never fits)."""
+        """Every holding in levels: a state; what a stage's backward needs run alone (its activations and
+        its gradients' room); and per keep i of stage s (columns) what it holds with the next state while
+        s + 1.. reverse, what stage s's backward needs then (the gradients' room too), and its remaking ns
+        (a keep a stage does not offer never fits)."""
         c, n = self.costs, self.costs.n_stages
         self.state_levels = _levels_of(np.array(c.state_bytes, np.int64), self.unit_bytes)
         gradient = np.array(c.gradient_bytes or [0] * n, np.int64)
+        self.alone_levels = _levels_of(np.array(c.activation_bytes, np.int64) + gradient, self.unit_bytes)
         width = max((len(k) for k in c.keeps), default=0)
         self.keep_levels = np.full((n, width), _NEVER_FITS, np.int64)
         self.keep_need_levels = np.full((n, width), _NEVER_FITS, np.int64)
@@ -137,9 +139,7 @@ class RotorTable:
         prefix = np.concatenate([[0.0], np.cumsum(forward)])
         x = self.state_levels
         level = np.arange(width)
-        own = _levels_of(np.array(self.costs.activation_bytes, np.int64)
-                         + np.array(self.costs.gradient_bytes or [0] * n, np.int64), self.unit_bytes)
-        single = np.where(level[None, :] >= own[:, None], forward[:, None], math.inf)
+        single = np.where(level[None, :] >= self.alone_levels[:, None], forward[:, None], math.inf)
         self.cost.append(single)
         self.choice.append(np.zeros(single.shape, np.int16))
         held = [_shifted(single, x)]  # held[l][r, m]: cost[l][r, m - x[r]] (r's state held as a checkpoint)
