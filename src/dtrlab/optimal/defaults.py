@@ -26,6 +26,9 @@ PORTFOLIO = ("dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "dtr-ancestors
 # And one maker that is no eviction policy: the chain schedule (chain.py), a checkpointing plan over the
 # forward's stages, the portfolio's one answer where every policy thrashes or runs out of memory.
 CHAIN_MAKER = "chain"
+# The plans the chain schedule tries (chain.py: Griewank's over states; rotor's, which also keeps
+# activations). A bound-only row's store key names them, so rows made before a plan came are not reused.
+CHAIN_PLANS = ("griewank", "rotor")
 
 # The name a sweep (and its store's policy column) gives the solver: one more maker of results beside
 # the eviction policies (`dtrlab sweep --policy optimal`). No eviction policy may take it.
@@ -61,5 +64,5 @@ class SolveSettings:
         key = {"solver": self.solver, "time_limit_s": self.time_limit_s, "gap": self.gap,
                "bound_only": self.bound_only}
         if self.bound_only:  # its answer is the portfolio's too
-            key["portfolio"] = [*PORTFOLIO, CHAIN_MAKER]
+            key["portfolio"] = [*PORTFOLIO, *(f"{CHAIN_MAKER}:{plan}" for plan in CHAIN_PLANS)]
         return key
