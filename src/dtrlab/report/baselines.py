@@ -30,9 +30,12 @@ HOW_TO_SOLVE = ("dtrlab reproduce --optimal --time-limit S",
 class Point:
     """One budget of a trace: DTR's run, its envelope, and the solver's rows' best and bound.
 
-    best: the least replayed overhead among the solver's rows at this budget (None: no schedule);
-    bound: the largest lower bound among them (inf: no schedule fits; None: no solver row);
-    status: of the row that gave `best` (else of the one that gave `bound`)."""
+    A schedule that fits a budget fits every larger one, so a bound that holds at a budget holds at
+    every smaller one:
+    best: the least replayed overhead among the solver's rows at this budget and every smaller one
+    (None: no schedule); bound: the largest lower bound among the rows at this budget and every larger
+    one (inf: no schedule fits; None: no solver row); status: of this budget's row that gave its own
+    best (else of the one that gave its own bound)."""
 
     ratio: float | None
     budget_bytes: int
@@ -128,8 +131,8 @@ def optimal_specs(path: str, programs: list[Program], plan: Plan, settings: Solv
     return specs
 
 
-def _solved_at(rows: pd.DataFrame) -> tuple[float | None, float | None, float | None, str | None]:
-    """(best, bound, gap, status) over a budget's solver rows (any settings: every bound holds)."""
+def _solved_at(rows: pd.DataFrame) -> tuple[float | None, float | None, str | None]:
+    """(best, bound, status) over a budget's solver rows (any settings: every bound holds)."""
     ok = rows[rows["outcome"] == OK]
     bounds = [b for b in rows["bound_overhead"] if b is not None and not pd.isna(b)]
     bound = max(bounds) if bounds else None
@@ -140,8 +143,7 @@ def _solved_at(rows: pd.DataFrame) -> tuple[float | None, float | None, float | 
         best = None
         top = rows.sort_values(["bound_overhead", "key"], ascending=[False, True]).iloc[0] if bounds else rows.iloc[0]
         status = top["solver_status"]
-    gap = None if best is None or bound is None or math.isinf(bound) else max(0.0, (best - bound) / best)
-    return best, bound, gap, None if pd.isna(status) else str(status)
+    return best, bound, None if pd.isna(status) else str(status)
 
 
 def trace_baselines(trace: str, dtr_runs, solver_rows: pd.DataFrame) -> TraceBaselines:
@@ -153,16 +155,34 @@ def trace_baselines(trace: str, dtr_runs, solver_rows: pd.DataFrame) -> TraceBas
     for budget in sorted(set(dtr) | set(by_budget)):
         run = dtr.get(budget)
         rows = by_budget.get(budget)
-        best = bound = gap = status = None
+        best = bound = status = None
         ratio = run.ratio if run is not None else None
         if rows is not None:
-            best, bound, gap, status = _solved_at(rows)
+            best, bound, status = _solved_at(rows)
             if ratio is None:
                 known = rows["ratio"].dropna()
                 ratio = float(known.iloc[0]) if len(known) else None
         points.append(Point(ratio, budget, run.outcome if run else None, run.overhead if run else None,
-                            envelope_at(env, budget), best, bound, gap, status, 0 if rows is None else len(rows)))
-    return TraceBaselines(trace, tuple(points))
+                            envelope_at(env, budget), best, bound, None, status, 0 if rows is None else len(rows)))
+    return TraceBaselines(trace, _carried(points))
+
+
+def _carried(points: list[Point]) -> tuple[Point, ...]:
+    """`points` (by budget, each with its own rows' best and bound) with each best carried up to every
+    larger budget and each bound down to every smaller one (Point), and the gap of what each ends with."""
+    out = list(points)
+    least = None
+    for i, p in enumerate(out):
+        least = p.best if least is None else least if p.best is None else min(least, p.best)
+        out[i] = replace(p, best=least if p.solves else p.best)
+    most = None
+    for i in reversed(range(len(out))):
+        p = out[i]
+        most = p.bound if most is None else most if p.bound is None else max(most, p.bound)
+        bound = most if p.solves else p.bound
+        gap = None if p.best is None or bound is None or math.isinf(bound) else max(0.0, (p.best - bound) / p.best)
+        out[i] = replace(p, bound=bound, gap=gap)
+    return tuple(out)
 
 
 def _dtr_rows(stored: pd.DataFrame, overhead_limit: float | None, seed: int) -> pd.DataFrame:
