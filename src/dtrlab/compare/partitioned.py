@@ -36,11 +36,10 @@ KNAPSACK_BUDGET = 1e-6
 @dataclass(frozen=True)
 class Decision:
     """One joint graph's answer: how many candidates the partitioner offered, the names of those DTR
-    recomputes, and the simulation's budget (bytes) and overhead on the joint graph."""
+    recomputes, and the simulation's overhead on the joint graph."""
 
     candidates: int
     recomputed: tuple[str, ...]
-    budget_bytes: int
     overhead: float
 
 
@@ -91,8 +90,7 @@ class DtrKnapsack(CustomKnapsackSolver):
         again = recomputed_in_backward(schedule, gmap.op_node, set(node_info.required_bw_nodes))
         recompute = [i for i, n in enumerate(candidates) if n in again]
         saved = [i for i, n in enumerate(candidates) if n not in again]
-        self.decisions.append(Decision(len(candidates), tuple(candidates[i].name for i in recompute), budget,
-                                       result.overhead))
+        self.decisions.append(Decision(len(candidates), tuple(candidates[i].name for i in recompute), result.overhead))
         return saved, recompute
 
     def uuid(self):
