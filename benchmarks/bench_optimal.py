@@ -16,7 +16,6 @@ import json
 import math
 import sys
 from pathlib import Path
-import time
 from decimal import Decimal
 
 
@@ -30,23 +29,6 @@ def _ratios(text: str) -> list[str]:
             r += step
         return out
     return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def dtr_min_budget_bytes(program, low: int, high: int) -> int:
-    """The smallest budget at which DTR's run ends ok, by bisection between `low` (fails or is the
-    least any schedule needs) and `high` (the unconstrained peak, where it runs): DTR's feasibility is
-    not monotone everywhere (feasibility inversions), so this is the boundary bisection finds."""
-    from dtrlab.sim.simulate import simulate
-
-    if simulate(program, low, "dtr").outcome == "ok":
-        return low
-    while high - low > max(1, high // 100_000):
-        mid = (low + high) // 2
-        if simulate(program, mid, "dtr").outcome == "ok":
-            high = mid
-        else:
-            low = mid
-    return high
 
 
 def _clean(d: dict) -> dict:
@@ -63,13 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lp-only", action="store_true", help="time the LP bound alone")
     ap.add_argument("--bound-only", action="store_true", help="the crossing bound alone, DTR beside it")
     ap.add_argument("--min-budget", action="store_true",
-                    help="also the least budget any schedule needs, beside DTR's (bisection), in bytes")
+                    help="also the least budget: the proven floor, the least with a schedule found, DTR's")
     ap.add_argument("--smoke", action="store_true", help="a 12-operator generated program, in seconds")
     ap.add_argument("--out", help="append JSON lines here (default: stdout)")
     args = ap.parse_args(argv)
 
-    from dtrlab.optimal.solve import crossing_bound, lp_bound, min_budget_bytes, solve_optimal
-    from dtrlab.sim.simulate import baseline, budget_from_ratio
+    from dtrlab.optimal.least import least_budget
+    from dtrlab.optimal.solve import crossing_bound, lp_bound, solve_optimal
+    from dtrlab.sim.simulate import budget_from_ratio
 
     if args.smoke:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "optimal"))
@@ -83,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     out = open(args.out, "a") if args.out else sys.stdout
     for program in programs:
         if args.min_budget:
-            low, peak = min_budget_bytes(program), baseline(program).peak_bytes
-            t0 = time.perf_counter()
-            row = {"trace": program.name, "kind": "min-budget", "any_schedule_at_least_bytes": low,
-                   "dtr_min_budget_bytes": dtr_min_budget_bytes(program, low, peak), "peak_bytes": peak,
-                   "time_s": time.perf_counter() - t0}
+            row = {"kind": "least-budget", **least_budget(program).to_dict()}
             print(json.dumps(row), file=out, flush=True)
         for ratio in _ratios(args.ratios):
             budget = budget_from_ratio(program, ratio)

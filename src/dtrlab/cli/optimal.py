@@ -50,6 +50,9 @@ def optimal_cmd(
     schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="FILE",
                                                help="Write the best schedule (docs/schedules.md) to FILE."),
     bound_only: bool = BOUND_ONLY_OPT,
+    least: bool = typer.Option(False, "--least-budget",
+                               help="No budget: the least budget of any schedule (a proven floor, and the "
+                                    "least at which one was found, by bisection) beside DTR's own."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -60,6 +63,11 @@ def optimal_cmd(
     from ..trace import load_one
     from ..optimal.solve import solve
 
+    if least:
+        if ratio is not None or budget_bytes is not None:
+            raise UsageError("--least-budget searches the budget itself: give no --ratio or --budget-bytes")
+        _least_budget(load_one(source, trace), quiet, as_json)
+        return
     check_budget_args(ratio, budget_bytes)
     settings = settings_given(time_limit, solver, gap, bound_only)
     if threads < 1:
@@ -108,6 +116,34 @@ def optimal_cmd(
     for label, value in rows:
         table.add_row(label, value)
     console().print(table)
+
+
+def _least_budget(program, quiet: bool, as_json: bool) -> None:
+    from ..optimal.least import least_budget
+
+    say = None if quiet else (lambda msg: typer.echo(f"optimal: {msg}", err=True))
+    result = least_budget(program, say or (lambda _msg: None))
+    out = result.to_dict()
+    if as_json:
+        print_json({k: clean(v) if isinstance(v, float) else v for k, v in out.items()})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{program.name}: the least budget (peak {result.peak_bytes:,} bytes)", title_justify="left")
+    for column in ("", "bytes", "of the peak"):
+        table.add_column(column, justify="left" if not column else "right")
+
+    def row(label: str, name: str) -> None:
+        v = out[f"{name}_bytes"]
+        table.add_row(label, "n/a" if v is None else f"{v:,}", "n/a" if v is None else f"{out[name + '_ratio']:.4f}")
+
+    row("no schedule fits below (proven)", "no_schedule_below")
+    found = (f" ({result.found_maker}, {result.found_overhead:.4f}x)" if result.found_maker is not None else "")
+    row("a schedule found at" + found, "schedule_found")
+    row("DTR ends ok down to", "dtr")
+    console().print(table)
+    console().print(f"found by bisection in {result.time_s:.1f} s; feasibility is not monotone, so each is one "
+                    f"boundary (docs/optimal.md, the least budget)")
 
 
 def register(app: typer.Typer) -> None:

@@ -30,6 +30,9 @@ CHAIN_MAKER = "chain"
 # activations). A bound-only row's store key names them, so rows made before a plan came are not reused.
 CHAIN_PLANS = ("griewank", "rotor")
 
+# The least budget's bisections (least.py) stop within this share of the trace's peak.
+LEAST_BUDGET_STEP = 0.001
+
 # The name a sweep (and its store's policy column) gives the solver: one more maker of results beside
 # the eviction policies (`dtrlab sweep --policy optimal`). No eviction policy may take it.
 OPTIMAL_POLICY = "optimal"  # = sim.policies.SOLVER_NAME (a test holds them equal)
