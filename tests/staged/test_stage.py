@@ -12,7 +12,10 @@ from torch.nn import functional as F  # noqa: E402
 
 import dtrlab  # noqa: E402
 from dtrlab.capture.zoo import ZOO  # noqa: E402
+from dtrlab.defaults import DEFAULT_RUNTIME  # noqa: E402
+from dtrlab.optimal.least import dtr_least_bytes  # noqa: E402
 from dtrlab.schedule.format import COMPUTE  # noqa: E402
+from dtrlab.sim.simulate import baseline, simulate  # noqa: E402
 from dtrlab.staged import NotStageable, StagingOutOfMemory  # noqa: E402
 
 
@@ -129,10 +132,18 @@ def test_a_step_whose_branch_reads_a_tensor_is_refused_in_one_line():
     assert all(p.grad is None for p in model.parameters())
 
 
+# Sizes at which activations, not parameters and optimizer state, fill each zoo model's staged peak:
+# `small` with a larger batch (or sequence), so budgets well below the peak fit.
+STAGED_SIZES = {"resnet32": dict(batch=16, image=16), "lstm": dict(batch=8, seq=8), "transformer": dict(batch=16, seq=32),
+                "unet": {}, "densenet": dict(batch=8)}
+SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)  # the budgets: DTR's least plus these shares of the rest to the peak
+STEPS = 3  # the first makes the optimizer's state (a second plan); the third runs that plan again
+
+
 def zoo_world(name: str, seed: int = 0):
-    """A zoo model's step at its `small` sizes with SGD (momentum 0.9) after the backward."""
+    """A zoo model's step at its STAGED_SIZES with SGD (momentum 0.9) after the backward."""
     torch.manual_seed(seed)
-    step = ZOO[name].make(**ZOO[name].small)
+    step = ZOO[name].make(**{**ZOO[name].small, **STAGED_SIZES[name]})
     opt = torch.optim.SGD(step.model.parameters(), lr=0.1, momentum=0.9)
 
     def full():
@@ -142,29 +153,60 @@ def zoo_world(name: str, seed: int = 0):
     return full, step.model, opt
 
 
-# (model, ratio): every model unbounded; the two whose activations leave room at these sizes below 1,
-# on unit costs (measured ones make whether DenseNet fits 0.7 the machine's timing's).
-ZOO_CASES = [(name, 1.0) for name in ZOO] + [("unet", 0.7), ("densenet", 0.85)]
+def budgets(make_world) -> list[int]:
+    """SHARES of the way from the least budget at which DTR fits every plan of the step `make_world()`
+    gives (the first, and the one every later step runs, with the optimizer's state) to the largest
+    unconstrained peak; each moved up to the next budget at which every plan fits (DTR's feasibility is
+    not monotone). Unit costs, as the tests stage with: measured ones make the decisions the machine's."""
+    step, _, _ = make_world()
+    staged = dtrlab.stage(step, costs="unit")
+    for _ in range(STEPS):
+        staged()
+    programs = [p.program for p in staged.plans]
+    peak = max(baseline(p).peak_bytes for p in programs)
+    least = max(dtr_least_bytes(p, DEFAULT_RUNTIME) for p in programs)  # the runtime stage() simulates
+
+    def fits(budget: int) -> bool:
+        return all(simulate(p, budget, "dtr", DEFAULT_RUNTIME).outcome == "ok" for p in programs)
+
+    out = []
+    for share in SHARES:
+        budget = int(least + share * (peak - least))
+        while not fits(budget):
+            budget += max(1, peak // 1000)
+        out.append(budget)
+    return out
+
+
+def assert_staged_bitwise_at_budgets(make_world) -> list[int]:
+    """Staged at each of budgets(make_world), STEPS steps give bitwise the eager steps' losses (when the
+    step returns one), parameters, buffers, gradients and optimizer state, within the budget by storage
+    count; returns each budget's recomputations, which start above 0 and end at 0."""
+    plain, pm, po = make_world()
+    torch.manual_seed(11)
+    plain_out = [plain() for _ in range(STEPS)]
+    expected = snapshot(pm, po)
+    recomputed = []
+    for budget in budgets(make_world):
+        step, sm, so = make_world()
+        staged = dtrlab.stage(step, budget_bytes=budget, costs="unit")
+        torch.manual_seed(11)  # staging's own draws are not the step's
+        out = [staged() for _ in range(STEPS)]
+        if plain_out[0] is not None:
+            assert_bitwise([x.detach() for x in plain_out], out)
+        assert_bitwise(expected, snapshot(sm, so))
+        p = staged.plan
+        _, measured = staged.measured()
+        assert measured.peak_bytes - measured.rng_bytes <= p.replay.peak_bytes <= budget
+        recomputed.append(p.replay.n_recompute)
+    assert recomputed[0] > 0 and recomputed[-1] == 0, recomputed
+    return recomputed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,ratio", ZOO_CASES)
-def test_zoo_models_with_sgd_momentum_staged_are_bitwise_the_eager_step(name, ratio):
-    plain, pm, po = zoo_world(name)
-    step, sm, so = zoo_world(name)
-    torch.manual_seed(3)
-    staged = dtrlab.stage(step, ratio=ratio, costs="unit")
-    torch.manual_seed(3)
-    for _ in range(3):
-        plain()
-    torch.manual_seed(3)
-    for _ in range(3):
-        staged()
-    assert_bitwise(snapshot(pm, po), snapshot(sm, so))
-    p = staged.plan
-    assert (p.replay.n_recompute > 0) == (ratio < 1)
-    _, measured = staged.measured()
-    assert measured.peak_bytes - measured.rng_bytes <= p.replay.peak_bytes <= p.budget_bytes
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_models_with_sgd_momentum_staged_are_bitwise_the_eager_step_at_five_budgets(name):
+    assert_staged_bitwise_at_budgets(lambda: zoo_world(name))
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from ..trace.lower import Program
+from ..defaults import DEFAULT_RUNTIME
 from .defaults import LEAST_BUDGET_STEP
 
 
@@ -49,27 +50,40 @@ def _bisect(ok, low: int, high: int, step: int) -> int:
     return high
 
 
+def dtr_least_bytes(program: Program, runtime: str = DEFAULT_RUNTIME, floor_bytes: int | None = None) -> int | None:
+    """The least budget, to LEAST_BUDGET_STEP of the peak, at which bisection finds DTR's run (under
+    `runtime`) ending ok, from `floor_bytes` (default: solve.min_budget_bytes, below which nothing
+    fits) up; None if it does not end ok even with every storage resident at once."""
+    from ..sim.simulate import baseline, simulate
+    from .solve import min_budget_bytes
+
+    floor = min_budget_bytes(program) if floor_bytes is None else floor_bytes
+    peak = max(baseline(program).peak_bytes, floor)
+
+    def ok(budget: int) -> bool:
+        return simulate(program, budget, "dtr", runtime).outcome == "ok"
+
+    # Every storage resident at once always fits: the top where the peak (the simulator's baseline)
+    # sits below what a run needs.
+    ceiling = max(peak, int(program.storage_size_bytes.sum()))
+    top = next((b for b in (peak, ceiling) if ok(b)), None)
+    if top is None:
+        return None
+    return floor if ok(floor) else _bisect(ok, floor, top, max(1, int(peak * LEAST_BUDGET_STEP)))
+
+
 def least_budget(program: Program, say=lambda _msg: None) -> LeastBudget:
     """The three least budgets of `program`, each bisection to LEAST_BUDGET_STEP of its peak."""
     from ..schedule.check import check_schedule
-    from ..sim.simulate import baseline, simulate
+    from ..sim.simulate import baseline
     from .solve import min_budget_bytes, portfolio_best
 
     t0 = time.perf_counter()
     proven = min_budget_bytes(program)
     peak = max(baseline(program).peak_bytes, proven)
     step = max(1, int(peak * LEAST_BUDGET_STEP))
-
-    def dtr_ok(budget: int) -> bool:
-        return simulate(program, budget, "dtr").outcome == "ok"
-
-    # Every storage resident at once always fits: the top where the peak (the simulator's baseline)
-    # sits below what a run needs.
     ceiling = max(peak, int(program.storage_size_bytes.sum()))
-    dtr = None
-    top = next((b for b in (peak, ceiling) if dtr_ok(b)), None)
-    if top is not None:
-        dtr = proven if dtr_ok(proven) else _bisect(dtr_ok, proven, top, step)
+    dtr = dtr_least_bytes(program, floor_bytes=proven)
     say(f"DTR ends ok down to {dtr:,} bytes" if dtr is not None else "DTR does not end ok at the peak")
 
     found: dict[int, tuple] = {}
