@@ -41,8 +41,11 @@ def test_stage_mistakes_are_one_line():
 
 @pytest.mark.slow
 def test_stage_on_inductor_is_close_to_the_plain_step():
-    code, out, err = cli_invoke("stage", "resnet32", *_sizes("resnet32"), "--ratio", "1.0", "--optimizer", "sgd",
-                                "--steps", "2", "--backend", "inductor", "--json")
+    # Width 8: PyTorch 2.13's inductor computes a wrong weight gradient for a 1x1 stride-2 convolution
+    # of 2-4 channels on 8x8 inputs on some CPUs (AVX2; torch.compile alone, 0.35-0.60 of the largest
+    # gradient off), which the tiny ResNet's width 4 has (docs/staged.md, "The inductor backend").
+    code, out, err = cli_invoke("stage", "resnet32", *_sizes("resnet32"), "--size", "width=8", "--ratio", "1.0",
+                                "--optimizer", "sgd", "--steps", "2", "--backend", "inductor", "--json")
     assert code in (0, None), err
     summary = json.loads(out)
     assert summary["backend"] == "inductor" and summary["measured_by"] == "allocator"

@@ -122,17 +122,25 @@ def lower_graph(gm: GraphModule, inputs: list, name: str = "staged-step", repeat
     op_node: list[Node] = []
     random: dict[int, torch.device] = {}
     multi: dict[Node, list[int]] = {}  # a multi-result node's tensors
+    constant_keys: set = set()  # the storages of the constants lowered so far
     canon = []
 
     def tensor_args(n: Node) -> list[Node]:
         return [a for a in pytree.tree_leaves((n.args, n.kwargs)) if isinstance(a, Node)]
 
-    for line, n in enumerate(nodes, start=1):
+    # The constants come first, whatever their place in the graph: the caller holds the inputs and the
+    # module its attributes from before the first node runs. A node's line stays its place.
+    constants_first = sorted(enumerate(nodes, start=1), key=lambda ln: ln[1].op not in ("placeholder", "get_attr"))
+    for line, n in constants_first:
         if n.op in ("placeholder", "get_attr"):
             value = env[n]
             if not isinstance(value, torch.Tensor):
                 raise NotStageable(f"the step's graph takes a value that is not a tensor ({n.target})")
-            size = value.untyped_storage().nbytes()
+            # Two of the graph's constants on one storage (make_fx lifts a tensor the step closes over
+            # once per use) hold its bytes once: the second takes none.
+            key = _storage_key(value)
+            size = 0 if key in constant_keys else value.untyped_storage().nbytes()
+            constant_keys.add(key)
             t = lowering.constant(Constant(line, n.name), size)
             tensor_of[n], name_of[t] = t, n.name
             out_index.append(-1)

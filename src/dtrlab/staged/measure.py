@@ -32,10 +32,24 @@ class MeasuredPeak:
     kind: str = "storages"
 
 
+def _storages(values: Iterable) -> dict:
+    """The distinct storages of the tensors among `values` (nested), each with its bytes."""
+    out = {}
+    for x in pytree.tree_leaves(list(values)):
+        if isinstance(x, torch.Tensor):
+            s = x.untyped_storage()
+            out[(s.device, s.data_ptr())] = s.nbytes()
+    return out
+
+
 class _Counter(Interpreter):
-    def __init__(self, gm: GraphModule) -> None:
+    def __init__(self, gm: GraphModule, inputs: list) -> None:
         super().__init__(gm, garbage_collect_values=True)
         self.peak = self.peak_rng = 0
+        # Live for the whole run whatever the interpreter drops after their last use: the inputs (the
+        # caller holds them) and the module's own tensors (constants the graph reads with get_attr).
+        self.held = _storages([*inputs, *gm.state_dict(keep_vars=True).values(),
+                               *(getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr")])
 
     def run_node(self, n):
         # The generated code drops a value no node uses right after making it; the interpreter
@@ -43,7 +57,7 @@ class _Counter(Interpreter):
         for dead in [k for k in self.env if not k.users and k.op != "placeholder"]:
             del self.env[dead]
         result = super().run_node(n)
-        live: dict = {}
+        live = dict(self.held)
         rng: set = set()
         for node, value in list(self.env.items()) + [(n, result)]:
             for x in pytree.tree_leaves(value):
@@ -61,7 +75,7 @@ class _Counter(Interpreter):
 
 def measure_peak(gm: GraphModule, inputs: list) -> tuple[list, MeasuredPeak]:
     """Run `gm` on `inputs` counting live storages; its outputs and the peak."""
-    counter = _Counter(gm)
+    counter = _Counter(gm, inputs)
     outs = counter.run(*inputs)
     return outs, MeasuredPeak(counter.peak, counter.peak_rng)
 
