@@ -30,15 +30,18 @@ def mlp_world(seed: int = 0, optimizer: str = "adam", dropout: bool = True):
     model = nn.Sequential(*layers, nn.Linear(64, 4))
     opt = (torch.optim.Adam(model.parameters(), lr=1e-2) if optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
-    x, y = torch.randn(1024, 16), torch.randn(1024, 4)
+    return mse_step(model, opt, torch.randn(1024, 16), torch.randn(1024, 4)), model, opt
 
+
+def mse_step(model, opt, x, y):
+    """A user's training step: gradients set to none, MSE of model(x) against y, backward, update."""
     def step():
         opt.zero_grad(set_to_none=True)
         loss = F.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         return loss
-    return step, model, opt
+    return step
 
 
 def snapshot(model, opt) -> list:

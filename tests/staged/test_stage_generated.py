@@ -11,9 +11,8 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
 
-from test_stage import assert_staged_bitwise_at_budgets  # noqa: E402
+from test_stage import assert_staged_bitwise_at_budgets, mse_step  # noqa: E402
 
 BATCH = 256  # activations, not parameters and optimizer state, fill the peak: low ratios leave room
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU, "sigmoid": nn.Sigmoid}
@@ -61,15 +60,7 @@ def world(spec: dict):
     opt = {"sgd": lambda p: torch.optim.SGD(p, lr=0.05),
            "momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
            "adam": lambda p: torch.optim.Adam(p, lr=1e-2)}[spec["optimizer"]](model.parameters())
-    x, y = torch.randn(BATCH, spec["widths"][0]), torch.randn(BATCH, 3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return step, model, opt
+    return mse_step(model, opt, torch.randn(BATCH, spec["widths"][0]), torch.randn(BATCH, 3)), model, opt
 
 
 @pytest.mark.slow
