@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml setup.py src/dtrlab/sim/_cengine.c
 .PHONY: install test test-fast demo bench clean
 install: $(STAMP)
 
+# On a process a core, up to four, each test file on one (its shared fixtures are made once).
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 # Everything but the tests marked slow (over ~0.5 s, or behind a fixture that is): the tier to run while working.
 test-fast: $(STAMP)
