@@ -50,22 +50,29 @@ def _bisect(ok, low: int, high: int, step: int) -> int:
     return high
 
 
+def _peak_and_ceiling(program: Program, floor_bytes: int) -> tuple[int, int]:
+    """The budget to search down from (the simulator's unconstrained peak, at least the floor), and the
+    one above it where every run fits: every storage resident at once, for a peak that sits below what
+    a run needs."""
+    from ..sim.simulate import baseline
+
+    peak = max(baseline(program).peak_bytes, floor_bytes)
+    return peak, max(peak, int(program.storage_size_bytes.sum()))
+
+
 def dtr_least_bytes(program: Program, runtime: str = DEFAULT_RUNTIME, floor_bytes: int | None = None) -> int | None:
     """The least budget, to LEAST_BUDGET_STEP of the peak, at which bisection finds DTR's run (under
     `runtime`) ending ok, from `floor_bytes` (default: solve.min_budget_bytes, below which nothing
     fits) up; None if it does not end ok even with every storage resident at once."""
-    from ..sim.simulate import baseline, simulate
+    from ..sim.simulate import simulate
     from .solve import min_budget_bytes
 
     floor = min_budget_bytes(program) if floor_bytes is None else floor_bytes
-    peak = max(baseline(program).peak_bytes, floor)
+    peak, ceiling = _peak_and_ceiling(program, floor)
 
     def ok(budget: int) -> bool:
         return simulate(program, budget, "dtr", runtime).outcome == "ok"
 
-    # Every storage resident at once always fits: the top where the peak (the simulator's baseline)
-    # sits below what a run needs.
-    ceiling = max(peak, int(program.storage_size_bytes.sum()))
     top = next((b for b in (peak, ceiling) if ok(b)), None)
     if top is None:
         return None
@@ -75,14 +82,12 @@ def dtr_least_bytes(program: Program, runtime: str = DEFAULT_RUNTIME, floor_byte
 def least_budget(program: Program, say=lambda _msg: None) -> LeastBudget:
     """The three least budgets of `program`, each bisection to LEAST_BUDGET_STEP of its peak."""
     from ..schedule.check import check_schedule
-    from ..sim.simulate import baseline
     from .solve import min_budget_bytes, portfolio_best
 
     t0 = time.perf_counter()
     proven = min_budget_bytes(program)
-    peak = max(baseline(program).peak_bytes, proven)
+    peak, ceiling = _peak_and_ceiling(program, proven)
     step = max(1, int(peak * LEAST_BUDGET_STEP))
-    ceiling = max(peak, int(program.storage_size_bytes.sum()))
     dtr = dtr_least_bytes(program, floor_bytes=proven)
     say(f"DTR ends ok down to {dtr:,} bytes" if dtr is not None else "DTR does not end ok at the peak")
 

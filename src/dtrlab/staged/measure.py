@@ -48,8 +48,7 @@ class _Counter(Interpreter):
         self.peak = self.peak_rng = 0
         # Live for the whole run whatever the interpreter drops after their last use: the inputs (the
         # caller holds them) and the module's own tensors (constants the graph reads with get_attr).
-        self.held = _storages([*inputs, *gm.state_dict(keep_vars=True).values(),
-                               *(getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr")])
+        self.held = _storages([*inputs, *(getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr")])
 
     def run_node(self, n):
         # The generated code drops a value no node uses right after making it; the interpreter
@@ -57,19 +56,16 @@ class _Counter(Interpreter):
         for dead in [k for k in self.env if not k.users and k.op != "placeholder"]:
             del self.env[dead]
         result = super().run_node(n)
-        live = dict(self.held)
-        rng: set = set()
+        live, rng = dict(self.held), {}
         for node, value in list(self.env.items()) + [(n, result)]:
-            for x in pytree.tree_leaves(value):
-                if isinstance(x, torch.Tensor):
-                    s = x.untyped_storage()
-                    live[(s.device, s.data_ptr())] = s.nbytes()
-                    if saves_rng(node):
-                        rng.add((s.device, s.data_ptr()))
+            found = _storages([value])
+            live.update(found)
+            if saves_rng(node):
+                rng.update(found)
         total = sum(live.values())
         if total > self.peak:
             self.peak = total
-            self.peak_rng = sum(live[k] for k in rng)
+            self.peak_rng = sum(rng.values())
         return result
 
 
@@ -86,10 +82,7 @@ def allocator_peak_bytes(step: Callable[[], object], state: Iterable[torch.Tenso
     statistic) when any of `state` is on a CUDA device, else the CPU allocator's. On the CPU the
     profiler reports no free of a block allocated before it started: `state` must be all that lives
     from before and is freed inside (a step's old gradients dropped before, as its own zero_grad would)."""
-    held = {}
-    for t in state:
-        s = t.untyped_storage()
-        held[(s.device, s.data_ptr())] = s.nbytes()
+    held = _storages(state)
     cuda = [device for device, _ in held if device.type == "cuda"]
     if cuda:
         return sum(held.values()) + _cuda_most_above_start(step, cuda[0])
