@@ -246,10 +246,20 @@ def _exact_memory_rows(b: _Builder, g: ItemGraph, k: int, positions: list[int], 
             terms.append((rp, -1))
         if free_cols:
             b.row(terms, -INF, rhs)
-    # Memory: a running level through the stage, within the budget at every computation.
+    # Memory: a running level through the stage, within the budget at every computation. It starts with
+    # what is kept into the stage, less what the stage never touches and does not keep into the next (freed
+    # at once): for an untouched storage, S[k+1] <= S[k], so it counts S[k+1] (pinned at the end: S[k]).
     ub = max(cap, 0)
     level = b.col(CONTINUOUS, ub=ub, is_bytes=True)
-    b.row([(level, 1)] + [(s_cols[k, s], -size[s]) for s in stage_kept if size[s]], 0, 0, is_bytes=True)
+    start = []
+    for s in stage_kept:
+        if not size[s]:
+            continue
+        if s in touched or (k == T and pinned[s]):
+            start.append((s_cols[k, s], -size[s]))
+        elif (k + 1, s) in s_cols:
+            start.append((s_cols[k + 1, s], -size[s]))
+    b.row([(level, 1)] + start, 0, 0, is_bytes=True)
     prev = None
     for o in positions:
         nxt = b.col(CONTINUOUS, ub=ub, is_bytes=True)

@@ -24,6 +24,7 @@ from .defaults import (CHAIN_MAKER, DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS
                        PORTFOLIO, SOLVERS, SolveSettings)
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
+from .polish import polish
 from .warm import start_of_schedule
 from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, SolverRun, solve_cpsat, solve_highs
 
@@ -61,6 +62,7 @@ class OptimalResult:
     exact_stages: int  # stages given exact rows
     replay: Replay | None
     schedule: Schedule | None
+    polished_windows: int = 0  # windows of stages re-solved that made the start cheaper (polish.py)
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("replay", "schedule")}
@@ -148,6 +150,9 @@ def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: 
 # every larger one, so DTR's runs at slightly smaller budgets are schedules for this one too (where DTR
 # runs out of memory at the budget, or takes a pathological overhead there, one of them may not).
 ENVELOPE_SCALES = (0.995, 0.99, 0.98, 0.97, 0.95, 0.9)
+# The share of a solve's time left after the start that polishing it window by window may take (it stops
+# sooner once a sweep improves nothing); the branch and bound that proves the bound gets the rest.
+POLISH_SHARE = 0.5
 
 
 def _start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
@@ -192,13 +197,19 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     schedule = None
     rounds = 0
     fallback = None  # (recompute ns, schedule) valid under the budget: kept if no solve does better in time
+    n_leading = len(m.r_cols) + len(m.s_cols)  # R and S come first in every refinement of the model
+    polished = 0
     if start is not None:
         candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
         if max(peaks) <= budget_bytes:
             fallback = (float(m.col_cost @ start), candidate)
+            start, polished = _polished(program, g, m, start, budget_bytes, deadline, say)
+            candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
+            if max(peaks) > budget_bytes:  # the windows' rows are exact: a bug, said as such
+                raise AssertionError("the polished schedule crosses the budget")
+            fallback = (float(m.col_cost @ start), candidate)
     if start_run is not None and (fallback is None or start_run[0] < fallback[0]):
         fallback = start_run  # the run's own schedule, in its own order: valid as it is (made_by says so)
-    n_leading = len(m.r_cols) + len(m.s_cols)  # R and S come first in every refinement of the model
     if m.infeasible is not None or (lp is not None and lp.status == INFEASIBLE):
         run = bound_run = SolverRun(solver, INFEASIBLE, None, None, math.inf, 0.0)
     while run is None or (run.x is not None and schedule is None):
@@ -246,7 +257,22 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     say(f"{status}: best {_fmt(overhead)}, bound {_fmt(bound_over)} in {solve_s:.1f} s, {rounds} round(s)")
     return OptimalResult(program.name, budget_bytes, EXACT, solver, status, overhead, bound_over, lp_over,
                          crossing_over, gap_reached, solve_s, lp.time_s if lp is not None else None, m.n_binaries, m.n_rows,
-                         dtr_overhead, model_optimal, rounds, len(exact), replay, schedule)
+                         dtr_overhead, model_optimal, rounds, len(exact), replay, schedule, polished)
+
+
+def _polished(program: Program, g: ItemGraph, m: Milp, start: np.ndarray, budget_bytes: int, deadline: float, say) -> tuple[np.ndarray, int]:
+    """The start polished window by window (polish.py) for POLISH_SHARE of the time left, as columns of
+    `m`, and the windows that made it cheaper."""
+    now = time.perf_counter()
+    until = now + POLISH_SHARE * (deadline - now)
+
+    def sweep(n: int, solved: int, improved: int, ns: float) -> None:
+        say(f"polish, sweep {n}: {solved} window(s) solved, {improved} cheaper: {overhead_of(program, ns):.4f}x")
+
+    done = polish(g, budget_bytes, start, until, on_sweep=sweep)
+    x = np.zeros(m.n_cols)
+    x[:len(done.x)] = done.x
+    return x, done.windows_improved
 
 
 def lp_bound(program: Program, budget_bytes: int, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
