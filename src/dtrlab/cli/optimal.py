@@ -107,7 +107,8 @@ def optimal_cmd(
             ("lower bound", x(result.bound_overhead)), ("gap", "n/a" if result.gap is None else f"{result.gap:.2%}"),
             ("DTR at this budget", x(result.dtr_overhead)), ("LP bound", x(result.lp_bound_overhead)),
             ("crossing bound", x(result.crossing_bound_overhead)),
-            ("solve time", f"{result.solve_s:.1f} s ({result.rounds} solve(s), {result.exact_stages} exact stage(s))"),
+            ("solve time", f"{result.solve_s:.1f} s ({result.rounds} solve(s), {result.exact_stages} exact stage(s), "
+                           f"{result.polished_windows} window(s) polished cheaper)"),
             ("model", f"{result.n_binaries:,} binaries, {result.n_rows:,} rows")]
     if result.replay is not None:
         rows += [("peak memory", f"{result.replay.peak_bytes:,}"), ("recomputations", f"{result.replay.n_recompute:,}")]

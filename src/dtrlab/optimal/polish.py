@@ -6,8 +6,11 @@ computation) and free R and S columns; every other R and S column is held at the
 stage before the window gets exact rows too, as what the window keeps into its first stage changes what
 that stage holds); HiGHS then looks for a cheaper solution of what is left, a small problem. Its answer
 fits the budget at every event of the window, and the rest is the schedule's own, so each accepted step
-is again a schedule within the budget, and cheaper. Windows overlap by half their width; in each sweep over the program a window is solved again only once a change near it could let it do better, and the sweeps end
-when one changes nothing or the time is up.
+is again a schedule within the budget, and cheaper. Windows overlap by half their width and are taken
+in program order, in sweeps; a window is solved again only once a change near it could let it do
+better, a window whose solve runs out of time with nothing found gives way to its two halves and one
+across them, and the sweeps end when one neither changes nor splits anything, or the time is up.
+Widths and times: defaults.py.
 
 A large-neighbourhood search: what it gives is a schedule (an upper bound), never a bound.
 """
@@ -21,13 +24,10 @@ from typing import Callable
 
 import numpy as np
 
+from .defaults import WINDOW_STAGES, WINDOW_TIME_S
 from .graph import ItemGraph
 from .model import Milp, build_milp
-from .solvers import solve_highs
-
-# A window's width in stages, and the most seconds one window's solve may take.
-WINDOW_STAGES = 20
-WINDOW_TIME_S = 10.0
+from .solvers import UNKNOWN, solve_highs
 
 
 @dataclass(frozen=True)
@@ -66,42 +66,45 @@ def polish(g: ItemGraph, budget_bytes: int, x: np.ndarray, deadline: float, *,
     x = np.asarray(x[:len(stages)], float).round()
     objective = float(cost @ x)
     T = g.n_stages
-    step = window_stages // 2
-    starts = list(range(0, T + 1, step))
+    windows = [(a, min(window_stages, T + 1 - a)) for a in range(0, T + 1, window_stages // 2)]
     changed_at = np.full(T + 1, -1)  # the count of windows solved when a stage last changed
-    solved_at: dict[int, int] = {}
+    solved_at: dict[tuple[int, int], int] = {}
     solved = improved = 0
     sweep = 0
     while time.perf_counter() < deadline - 1.0:
         sweep += 1
         solved_before, improved_before = solved, improved
-        for a in starts:
+        split = {}  # windows whose solve ran out of time with nothing: halves (and one across them) go next
+        for a, width in windows:
             left = deadline - time.perf_counter()
             if left < 1.0:
                 break
-            near = changed_at[max(0, a - window_stages):a + 2 * window_stages]
-            if a in solved_at and near.max() < solved_at[a]:
+            near = changed_at[max(0, a - width):a + 2 * width]
+            if (a, width) in solved_at and near.max() < solved_at[a, width]:
                 continue  # nothing near it changed since it was solved
-            stop = min(a + window_stages, T + 1)
-            window = np.arange(a, stop)
+            stop = a + width
             m = build_milp(g, budget_bytes, frozenset(range(max(a - 1, 0), stop)))
-            held = ~np.isin(stages, window)
+            held = (stages < a) | (stages >= stop)
             lb, ub = m.col_lb.copy(), m.col_ub.copy()
             lb[:len(stages)][held] = x[held]
             ub[:len(stages)][held] = x[held]
             run = solve_highs(dataclasses.replace(m, col_lb=lb, col_ub=ub), min(window_time_s, left), start=x)
             solved += 1
-            solved_at[a] = solved
+            solved_at[a, width] = solved
             if run.x is not None and float(cost @ run.x[:len(stages)].round()) < objective - 0.5:
                 x = run.x[:len(stages)].round()
                 objective = float(cost @ x)
                 improved += 1
                 changed_at[a:stop] = solved
+            elif run.status == UNKNOWN and width >= 4:
+                half = width // 2
+                split[a, width] = [(a, half), (a + half // 2, half), (a + half, width - half)]
         if on_sweep is not None:
             on_sweep(sweep, solved - solved_before, improved - improved_before, objective)
-        if improved == improved_before:
+        if improved == improved_before and not split:
             break
+        windows = [w for window in windows for w in split.get(window, [window])]
     return Polished(x, objective, solved, improved)
 
 
-__all__ = ["polish", "Polished", "column_stages", "WINDOW_STAGES", "WINDOW_TIME_S"]
+__all__ = ["polish", "Polished", "column_stages"]

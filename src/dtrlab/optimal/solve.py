@@ -21,7 +21,7 @@ from ..trace.lower import Program
 from .bound import crossing_bound_ns
 from .chain import best_chain_schedule
 from .defaults import (CHAIN_MAKER, DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S,
-                       PORTFOLIO, SOLVERS, SolveSettings)
+                       POLISH_SHARE, PORTFOLIO, SOLVERS, SolveSettings)
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .polish import polish
@@ -150,9 +150,6 @@ def _solve(m: Milp, solver: str, time_limit_s: float, threads: int, abs_gap_ns: 
 # every larger one, so DTR's runs at slightly smaller budgets are schedules for this one too (where DTR
 # runs out of memory at the budget, or takes a pathological overhead there, one of them may not).
 ENVELOPE_SCALES = (0.995, 0.99, 0.98, 0.97, 0.95, 0.9)
-# The share of a solve's time left after the start that polishing it window by window may take (it stops
-# sooner once a sweep improves nothing); the branch and bound that proves the bound gets the rest.
-POLISH_SHARE = 0.5
 
 
 def _start(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, say):
