@@ -199,7 +199,6 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
     if start is not None:
         candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
         if max(peaks) <= budget_bytes:
-            fallback = (float(m.col_cost @ start), candidate)
             start, polished = _polished(program, g, m, start, budget_bytes, deadline, say)
             candidate, peaks = schedule_from_solution(program, g, m, start, f"optimal:{solver}", budget_bytes)
             if max(peaks) > budget_bytes:  # the windows' rows are exact: a bug, said as such
@@ -257,7 +256,8 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
                          dtr_overhead, model_optimal, rounds, len(exact), replay, schedule, polished)
 
 
-def _polished(program: Program, g: ItemGraph, m: Milp, start: np.ndarray, budget_bytes: int, deadline: float, say) -> tuple[np.ndarray, int]:
+def _polished(program: Program, g: ItemGraph, m: Milp, start: np.ndarray, budget_bytes: int, deadline: float,
+              say) -> tuple[np.ndarray, int]:
     """The start polished window by window (polish.py) for POLISH_SHARE of the time left, as columns of
     `m`, and the windows that made it cheaper."""
     now = time.perf_counter()
