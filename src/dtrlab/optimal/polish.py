@@ -32,12 +32,11 @@ from .solvers import UNKNOWN, solve_highs
 
 @dataclass(frozen=True)
 class Polished:
-    """The R and S columns of the best schedule found, its recompute ns, and the windows solved and the
-    windows that made it cheaper."""
+    """The R and S columns of the best schedule found, its recompute ns, and the windows that made it
+    cheaper."""
 
     x: np.ndarray
     objective_ns: float
-    windows_solved: int
     windows_improved: int
 
 
@@ -52,17 +51,16 @@ def column_stages(m: Milp) -> np.ndarray:
     return stages
 
 
-def polish(g: ItemGraph, budget_bytes: int, x: np.ndarray, deadline: float, *,
+def polish(g: ItemGraph, m: Milp, budget_bytes: int, x: np.ndarray, deadline: float, *,
            window_stages: int = WINDOW_STAGES, window_time_s: float = WINDOW_TIME_S,
            on_sweep: Callable[[int, int, int, float], None] | None = None) -> Polished:
-    """Polish the schedule whose R and S columns are `x` (it must fit the budget as model.py's exact rows
-    count it) until `deadline` (time.perf_counter()); `on_sweep(sweep, solved, improved, objective_ns)`
-    after each sweep."""
+    """Polish the schedule whose R and S columns of `m` (build_milp's model of `g` under `budget_bytes`)
+    are `x` (it must fit the budget as model.py's exact rows count it) until `deadline`
+    (time.perf_counter()); `on_sweep(sweep, solved, improved, objective_ns)` after each sweep."""
     if window_stages < 2:
         raise ValueError(f"a window needs at least 2 stages, got {window_stages}")
-    m0 = build_milp(g, budget_bytes)
-    stages = column_stages(m0)
-    cost = m0.col_cost[:len(stages)].astype(float)
+    stages = column_stages(m)
+    cost = m.col_cost[:len(stages)].astype(float)
     x = np.asarray(x[:len(stages)], float).round()
     objective = float(cost @ x)
     T = g.n_stages
@@ -83,12 +81,12 @@ def polish(g: ItemGraph, budget_bytes: int, x: np.ndarray, deadline: float, *,
             if (a, width) in solved_at and near.max() < solved_at[a, width]:
                 continue  # nothing near it changed since it was solved
             stop = a + width
-            m = build_milp(g, budget_bytes, frozenset(range(max(a - 1, 0), stop)))
+            wm = build_milp(g, budget_bytes, frozenset(range(max(a - 1, 0), stop)))
             held = (stages < a) | (stages >= stop)
-            lb, ub = m.col_lb.copy(), m.col_ub.copy()
+            lb, ub = wm.col_lb.copy(), wm.col_ub.copy()
             lb[:len(stages)][held] = x[held]
             ub[:len(stages)][held] = x[held]
-            run = solve_highs(dataclasses.replace(m, col_lb=lb, col_ub=ub), min(window_time_s, left), start=x)
+            run = solve_highs(dataclasses.replace(wm, col_lb=lb, col_ub=ub), min(window_time_s, left), start=x)
             solved += 1
             solved_at[a, width] = solved
             if run.x is not None and float(cost @ run.x[:len(stages)].round()) < objective - 0.5:
@@ -104,7 +102,7 @@ def polish(g: ItemGraph, budget_bytes: int, x: np.ndarray, deadline: float, *,
         if improved == improved_before and not split:
             break
         windows = [w for window in windows for w in split.get(window, [window])]
-    return Polished(x, objective, solved, improved)
+    return Polished(x, objective, improved)
 
 
 __all__ = ["polish", "Polished", "column_stages"]

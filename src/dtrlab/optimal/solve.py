@@ -266,7 +266,7 @@ def _polished(program: Program, g: ItemGraph, m: Milp, start: np.ndarray, budget
     def sweep(n: int, solved: int, improved: int, ns: float) -> None:
         say(f"polish, sweep {n}: {solved} window(s) solved, {improved} cheaper: {overhead_of(program, ns):.4f}x")
 
-    done = polish(g, budget_bytes, start, until, on_sweep=sweep)
+    done = polish(g, m, budget_bytes, start, until, on_sweep=sweep)
     x = np.zeros(m.n_cols)
     x[:len(done.x)] = done.x
     return x, done.windows_improved
