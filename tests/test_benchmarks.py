@@ -1,4 +1,4 @@
-"""Benchmarks that cannot rot: each one runs once at its smallest size (`--smoke`), no timing asserted,
+"""Benchmarks and probes that cannot rot: each one runs once at its smallest size (`--smoke`), no timing asserted,
 so an interface change breaks the build rather than the benchmark."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHES = sorted(p.name for p in (REPO / "benchmarks").glob("bench_*.py"))
+BENCHES = sorted(p.name for pattern in ("bench_*.py", "probe_*.py") for p in (REPO / "benchmarks").glob(pattern))
 
 
 @pytest.mark.slow

@@ -59,7 +59,7 @@ def test_polished_schedules_fit_and_lie_between_the_optimum_and_their_start():
             start_ns = float(m.col_cost @ x)
             optimum = brute_force_optimum(program, budget)
             for width in (2, 3):
-                done = polish(g, m, budget, x, time.perf_counter() + 60, window_stages=width)
+                done = polish(program, g, m, budget, x, time.perf_counter() + 60, window_stages=width)
                 replay = _replayed(program, g, m, done.x, budget)
                 assert replay.peak_bytes <= budget
                 assert replay.remat_ns == done.objective_ns <= start_ns
@@ -80,7 +80,7 @@ def test_one_window_over_the_whole_program_is_the_brute_force_optimum():
                 continue
             g, m, x = got
             optimum = brute_force_optimum(program, budget)
-            done = polish(g, m, budget, x, time.perf_counter() + 60, window_stages=g.n_stages + 2)
+            done = polish(program, g, m, budget, x, time.perf_counter() + 60, window_stages=g.n_stages + 2)
             assert done.objective_ns == optimum, (program.name, budget)
             assert _replayed(program, g, m, done.x, budget).peak_bytes <= budget
             improved += float(m.col_cost @ x) > optimum
@@ -92,7 +92,7 @@ def test_a_window_needs_two_stages():
     g = item_graph(program)
     budget = min_budget_bytes(program)
     with pytest.raises(ValueError, match="at least 2 stages"):
-        polish(g, build_milp(g, budget), budget, np.zeros(0), time.perf_counter() + 1, window_stages=1)
+        polish(program, g, build_milp(g, budget), budget, np.zeros(0), time.perf_counter() + 1, window_stages=1)
 
 
 @pytest.mark.slow
@@ -103,7 +103,7 @@ def test_resnet32_at_a_tenth_polished_is_cheaper_than_its_start():
     program = public_program("resnet32")
     budget = budget_from_ratio(program, "0.1")
     g, m, x = _start(program, budget)
-    done = polish(g, m, budget, x, time.perf_counter() + 20)
+    done = polish(program, g, m, budget, x, time.perf_counter() + 20)
     assert done.windows_improved > 0 and done.objective_ns < float(m.col_cost @ x)
     replay = _replayed(program, g, m, done.x, budget)
     assert replay.peak_bytes <= budget and replay.remat_ns == done.objective_ns

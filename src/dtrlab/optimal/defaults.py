@@ -30,10 +30,14 @@ CHAIN_MAKER = "chain"
 # activations). A bound-only row's store key names them, so rows made before a plan came are not reused.
 CHAIN_PLANS = ("griewank", "rotor")
 
-# Polishing the start window by window before the branch and bound (polish.py): a window's width in
-# stages, the most seconds one window's solve may take, and the share of a solve's time left after the
-# start that polishing may take (it stops sooner once a sweep improves nothing). A solve's store key names
-# them, so rows made before the polishing came, or with other settings, are made again.
+# Polishing the start window by window before the branch and bound (polish.py): the kinds of windows,
+# in the order their phases take turns (lazy: the first model's rows, exact rows where a stage crossed;
+# exact: exact rows throughout), a window's width in stages, the most seconds one window's solve may
+# take, and the share of a solve's time left after the start that polishing may take (it stops sooner
+# once it improves nothing). A solve's store key names them, so rows made before the polishing came, or
+# with other settings, are made again.
+LAZY, EXACT = "lazy", "exact"
+POLISH_KINDS = (LAZY, EXACT)
 WINDOW_STAGES = 20
 WINDOW_TIME_S = 10.0
 POLISH_SHARE = 0.5
@@ -77,5 +81,6 @@ class SolveSettings:
         if self.bound_only:  # its answer is the portfolio's too
             key["portfolio"] = [*PORTFOLIO, *(f"{CHAIN_MAKER}:{plan}" for plan in CHAIN_PLANS)]
         else:  # and the polishing's
-            key["polish"] = {"window_stages": WINDOW_STAGES, "window_time_s": WINDOW_TIME_S, "share": POLISH_SHARE}
+            key["polish"] = {"kinds": list(POLISH_KINDS), "window_stages": WINDOW_STAGES,
+                             "window_time_s": WINDOW_TIME_S, "share": POLISH_SHARE}
         return key

@@ -202,6 +202,7 @@ def _exact_memory_rows(b: _Builder, g: ItemGraph, k: int, positions: list[int], 
     frees_after: dict[int, list[tuple[int, int]]] = {o: [] for o in positions}
     dups: dict[int, list[tuple[int, int]]] = {o: [] for o in positions}
     touched: dict[int, list[int]] = {}
+    start_frees: list[tuple[int, int]] = []  # (column, bytes): storages freed as the stage starts
     for o in positions:
         for s in set(g.op_ins[o]) | set(g.op_outs[o]):
             touched.setdefault(s, []).append(o)
@@ -221,6 +222,17 @@ def _exact_memory_rows(b: _Builder, g: ItemGraph, k: int, positions: list[int], 
             b.row([(dup, 1), (s_cols[k, s], -1)], -INF, 0)
             dups[p].append((dup, size[s]))
         free_cols = []
+        if (k, s) in s_cols and not any(r_term(k, x) == FIRST for x in js):
+            # freed at the stage's start: kept into it, but nothing that runs in it touches it and it is
+            # not kept into the next (as for a storage no operator of the stage can touch, below)
+            start_free = b.col(CONTINUOUS)
+            start_frees.append((start_free, size[s]))
+            b.row([(start_free, 1), (s_cols[k, s], -1)], -INF, 0)
+            for x in js:
+                b.row([(start_free, 1), (r_term(k, x), 1)], -INF, 1)
+            if keep_next is not None:
+                b.row([(start_free, 1), (keep_next, 1)], -INF, 1)
+            free_cols.append(start_free)
         for i, j in enumerate(js):
             later = js[i + 1:]
             if any(r_term(k, x) == FIRST for x in later):
@@ -247,8 +259,9 @@ def _exact_memory_rows(b: _Builder, g: ItemGraph, k: int, positions: list[int], 
         if free_cols:
             b.row(terms, -INF, rhs)
     # Memory: a running level through the stage, within the budget at every computation. It starts with
-    # what is kept into the stage, less what the stage never touches and does not keep into the next (freed
-    # at once): for an untouched storage, S[k+1] <= S[k], so it counts S[k+1] (pinned at the end: S[k]).
+    # what is kept into the stage, less what the stage does not touch and does not keep into the next (freed
+    # at once): for a storage no operator of the stage can touch, S[k+1] <= S[k], so it counts S[k+1]
+    # (pinned at the end: S[k]); for one that only operators not run in the stage touch, its start free.
     ub = max(cap, 0)
     level = b.col(CONTINUOUS, ub=ub, is_bytes=True)
     start = []
@@ -259,7 +272,7 @@ def _exact_memory_rows(b: _Builder, g: ItemGraph, k: int, positions: list[int], 
             start.append((s_cols[k, s], -size[s]))
         elif (k + 1, s) in s_cols:
             start.append((s_cols[k + 1, s], -size[s]))
-    b.row([(level, 1)] + start, 0, 0, is_bytes=True)
+    b.row([(level, 1)] + start + start_frees, 0, 0, is_bytes=True)
     prev = None
     for o in positions:
         nxt = b.col(CONTINUOUS, ub=ub, is_bytes=True)
