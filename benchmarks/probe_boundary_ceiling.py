@@ -4,7 +4,7 @@ The bound `dtrlab optimal` proves is the branch and bound's on the first stage m
 at stage boundaries only (docs/optimal.md, "The formulation"). However long the branch and bound runs,
 that bound cannot pass the model's own integer optimum, and any solution of the model is a ceiling on
 it. This probe looks for cheap solutions: it starts from the portfolio's best schedule, polishes it
-(polish.py, exact rows: a real schedule), then searches windows of consecutive stages of the first
+(polish.py: a real schedule), then searches windows of consecutive stages of the first
 model alone (boundary rows, every other column held), as polish.py does with exact rows. What it finds
 need not be a schedule: it says how many stages cross the budget when read as one.
 
@@ -18,7 +18,6 @@ overheads, and the stages that solution crosses the budget at (with the largest 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -30,26 +29,18 @@ import numpy as np
 def _boundary_search(m, stages: np.ndarray, x: np.ndarray, width: int, window_s: float, until: float):
     """Windows of `width` stages of the first model, the rest held, solved for a cheaper solution, in
     sweeps until one improves nothing or `until`: the R and S columns of the cheapest solution found."""
-    from dtrlab.optimal.solvers import solve_highs
+    from dtrlab.optimal.polish import improve_window
 
-    n = len(stages)
-    cost = m.col_cost[:n].astype(float)
-    last = int(stages.max())
     improved = True
     while improved and time.perf_counter() < until:
         improved = False
-        for a in range(0, last + 1, width // 2):
+        for a in range(0, int(stages.max()) + 1, width // 2):
             left = until - time.perf_counter()
             if left < 1.0:
                 break
-            held = (stages < a) | (stages >= a + width)
-            lb, ub = m.col_lb.copy(), m.col_ub.copy()
-            lb[:n][held] = x[held]
-            ub[:n][held] = x[held]
-            run = solve_highs(dataclasses.replace(m, col_lb=lb, col_ub=ub), min(window_s, left), start=x)
-            if run.x is not None and cost @ run.x[:n].round() < cost @ x - 0.5:
-                x = run.x[:n].round()
-                improved = True
+            found, _status = improve_window(m, stages, x, a, a + width, min(window_s, left))
+            if found is not None:
+                x, improved = found, True
     return x
 
 
@@ -58,11 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", nargs="?", help="trace file or folder")
     ap.add_argument("--trace")
     ap.add_argument("--ratios", default="0.1")
-    ap.add_argument("--polish-s", type=float, default=200.0, help="seconds of polishing (exact rows)")
+    ap.add_argument("--polish-s", type=float, default=200.0, help="seconds of polishing (polish.py)")
     ap.add_argument("--search-s", type=float, default=200.0, help="seconds of search in the first model")
     ap.add_argument("--width", type=int, default=30, help="stages a window of the search")
     ap.add_argument("--window-s", type=float, default=10.0, help="seconds a window of the search")
-    ap.add_argument("--smoke", action="store_true", help="a 12-operator generated program, in seconds")
+    ap.add_argument("--smoke", action="store_true", help="a small generated recurrence, in seconds")
     args = ap.parse_args(argv)
     if not args.smoke and not (args.source and args.trace):
         ap.error("give SOURCE and --trace, or --smoke")
@@ -70,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     from dtrlab.optimal.graph import item_graph
     from dtrlab.optimal.model import build_milp
     from dtrlab.optimal.polish import column_stages, polish
-    from dtrlab.optimal.solve import overhead_of, portfolio_best, schedule_from_solution
+    from dtrlab.optimal.read import over_budget, schedule_from_solution
+    from dtrlab.optimal.solve import overhead_of, portfolio_best
     from dtrlab.optimal.warm import start_of_schedule
     from dtrlab.sim.simulate import budget_from_ratio
     from dtrlab.trace import load_one
@@ -101,15 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         x = start_of_schedule(program, g, m, best[1])[:n].round()
         row["start"] = overhead_of(program, cost @ x)
-        full = np.zeros(m.n_cols)
-        full[:n] = x
-        if max(schedule_from_solution(program, g, m, full, "probe", budget)[1]) <= budget:
+        if not over_budget(schedule_from_solution(program, g, m, x, "probe", budget)[1], budget):
             x = polish(program, g, m, budget, x, time.perf_counter() + args.polish_s).x
         row["polished"] = overhead_of(program, cost @ x)
         x = _boundary_search(m, stages, x, args.width, args.window_s, time.perf_counter() + args.search_s)
         row["boundary_solution"] = overhead_of(program, cost @ x)
-        full[:n] = x
-        peaks = np.array(schedule_from_solution(program, g, m, full, "probe", budget)[1]) / budget
+        peaks = np.array(schedule_from_solution(program, g, m, x, "probe", budget)[1]) / budget
         row["stages_over"] = int((peaks > 1).sum())
         row["most_over"] = round(float(peaks.max()), 3)
         print(json.dumps(row), flush=True)

@@ -25,6 +25,7 @@ A large-neighbourhood search: what it gives is a schedule (an upper bound), neve
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import time
 from dataclasses import dataclass
@@ -32,11 +33,11 @@ from typing import Callable
 
 import numpy as np
 
+from ..trace.lower import Program
 from .defaults import EXACT, LAZY, POLISH_KINDS, WINDOW_STAGES, WINDOW_TIME_S
 from .graph import ItemGraph
-from ..trace.lower import Program
 from .model import Milp, build_milp
-from .read import schedule_from_solution
+from .read import over_budget, schedule_from_solution
 from .solvers import UNKNOWN, solve_highs
 
 
@@ -71,38 +72,23 @@ def polish(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, x: np.nda
     if window_stages < 2:
         raise ValueError(f"a window needs at least 2 stages, got {window_stages}")
     stages = column_stages(m)
-    n = len(stages)
-    cost = m.col_cost[:n].astype(float)
-    x = np.asarray(x[:n], float).round()
-    T = g.n_stages
+    x = np.asarray(x[:len(stages)], float).round()
     crossed: set[int] = set()  # stages a lazy window's solution crossed the budget at: exact rows from then on
-    models: dict[frozenset[int], Milp] = {}
-
-    def model(exact: frozenset[int]) -> Milp:
-        if exact not in models:
-            models.clear()  # one model kept: the lazy set only grows, and a window's set differs
-            models[exact] = build_milp(g, budget_bytes, exact)
-        return models[exact]
-
-    def solve_in(wm: Milp, a: int, stop: int, x: np.ndarray, left: float):
-        held = (stages < a) | (stages >= stop)
-        lb, ub = wm.col_lb.copy(), wm.col_ub.copy()
-        lb[:n][held] = x[held]
-        ub[:n][held] = x[held]
-        run = solve_highs(dataclasses.replace(wm, col_lb=lb, col_ub=ub), min(window_time_s, left), start=x)
-        better = run.x is not None and float(cost @ run.x[:n].round()) < float(cost @ x) - 0.5
-        return (run.x[:n].round() if better else None), run.status
+    # One model kept: the lazy set only grows, and each exact window's set differs.
+    model = functools.lru_cache(maxsize=1)(lambda exact: build_milp(g, budget_bytes, exact))
 
     def exact_window(a: int, stop: int, x: np.ndarray, left: float):
-        return solve_in(model(frozenset(range(max(a - 1, 0), stop))), a, stop, x, left)
+        wm = model(frozenset(range(max(a - 1, 0), stop)))
+        return improve_window(wm, stages, x, a, stop, min(window_time_s, left))
 
     def lazy_window(a: int, stop: int, x: np.ndarray, left: float):
         until = time.perf_counter() + left
         while True:
-            found, status = solve_in(model(frozenset(crossed)), a, stop, x, until - time.perf_counter())
+            wm = model(frozenset(crossed))
+            found, status = improve_window(wm, stages, x, a, stop, min(window_time_s, until - time.perf_counter()))
             if found is None:
                 return None, status
-            over = _stages_over(program, g, m, found, budget_bytes)
+            over = over_budget(schedule_from_solution(program, g, m, found, "polish", budget_bytes)[1], budget_bytes)
             if not over:
                 return found, status
             crossed.update(over)
@@ -112,26 +98,45 @@ def polish(program: Program, g: ItemGraph, m: Milp, budget_bytes: int, x: np.nda
     # Phases of sweeps, in POLISH_KINDS' order: a phase sweeps its kind's windows until a sweep neither
     # changes nor splits anything; then the next kind's phase starts from what it left. A phase after the
     # first that improves nothing ends the polishing (the other kind has nothing new to start from).
-    sweep = solved = improved = 0
+    cost = m.col_cost[:len(stages)].astype(float)
     window_of = {LAZY: lazy_window, EXACT: exact_window}
+    sweeps = improved = 0
     for phase, kind in enumerate(itertools.cycle(POLISH_KINDS)):
         if time.perf_counter() >= deadline - 1.0:
             break
-        before = improved
-        x, sweep, solved, improved = _sweeps(kind, window_of[kind], x, cost, T, window_stages, deadline, sweep,
-                                             solved, improved, on_sweep)
-        if phase > 0 and improved == before:
+        x, phase_sweeps, phase_improved = _phase(kind, window_of[kind], x, cost, g.n_stages, window_stages,
+                                                 deadline, sweeps, on_sweep)
+        sweeps += phase_sweeps
+        improved += phase_improved
+        if phase > 0 and not phase_improved:
             break
     return Polished(x, float(cost @ x), improved)
 
 
-def _sweeps(kind: str, solve_window, x, cost, T: int, window_stages: int, deadline: float, sweep: int, solved: int,
-            improved: int, on_sweep):
+def improve_window(m: Milp, stages: np.ndarray, x: np.ndarray, a: int, stop: int, time_s: float):
+    """A cheaper solution of `m` with every R and S column outside stages a..stop-1 held at `x` (their
+    values; `stages` is column_stages(m)), found by HiGHS in at most `time_s`: (its R and S columns, or
+    None when it found none cheaper; HiGHS's status)."""
+    n = len(stages)
+    held = (stages < a) | (stages >= stop)
+    lb, ub = m.col_lb.copy(), m.col_ub.copy()
+    lb[:n][held] = x[held]
+    ub[:n][held] = x[held]
+    run = solve_highs(dataclasses.replace(m, col_lb=lb, col_ub=ub), time_s, start=x)
+    if run.x is None or float(m.col_cost[:n] @ run.x[:n].round()) >= float(m.col_cost[:n] @ x) - 0.5:
+        return None, run.status
+    return run.x[:n].round(), run.status
+
+
+def _phase(kind: str, solve_window, x, cost, T: int, window_stages: int, deadline: float, sweeps_before: int,
+           on_sweep):
     """One phase: sweeps of windows solved by `solve_window(a, stop, x, left) -> (cheaper x or None,
-    status)` until one neither changes nor splits anything, or the deadline; the counts carried through."""
+    status)` until one neither changes nor splits anything, or the deadline. Returns x, the sweeps made
+    and the windows that made x cheaper."""
     windows = [(a, min(window_stages, T + 1 - a)) for a in range(0, T + 1, window_stages // 2)]
     changed_at = np.full(T + 1, -1)  # the count of windows solved when a stage last changed
     solved_at: dict[tuple[int, int], int] = {}
+    sweep = solved = improved = 0
     while time.perf_counter() < deadline - 1.0:
         sweep += 1
         solved_before, improved_before = solved, improved
@@ -154,19 +159,12 @@ def _sweeps(kind: str, solve_window, x, cost, T: int, window_stages: int, deadli
                 half = width // 2
                 split[a, width] = [(a, half), (a + half // 2, half), (a + half, width - half)]
         if on_sweep is not None:
-            on_sweep(sweep, kind, solved - solved_before, improved - improved_before, float(cost @ x))
+            on_sweep(sweeps_before + sweep, kind, solved - solved_before, improved - improved_before,
+                     float(cost @ x))
         if improved == improved_before and not split:
             break
         windows = [w for window in windows for w in split.get(window, [window])]
-    return x, sweep, solved, improved
+    return x, sweep, improved
 
 
-def _stages_over(program: Program, g: ItemGraph, m: Milp, x_lead: np.ndarray, budget_bytes: int) -> set[int]:
-    """The stages at which the schedule that the R and S columns `x_lead` of `m` mean crosses the budget."""
-    x = np.zeros(m.n_cols)
-    x[:len(x_lead)] = x_lead
-    _, peaks = schedule_from_solution(program, g, m, x, "polish", budget_bytes)
-    return {k for k, peak in enumerate(peaks) if peak > budget_bytes}
-
-
-__all__ = ["polish", "Polished", "column_stages"]
+__all__ = ["polish", "Polished", "column_stages", "improve_window"]

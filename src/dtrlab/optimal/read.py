@@ -17,7 +17,8 @@ def schedule_from_solution(program: Program, g: ItemGraph, m: Milp, x: np.ndarra
                            budget_bytes: int) -> tuple[Schedule, list[int]]:
     """The events a solution means, and the peak bytes of each stage as they run: per stage, the
     recomputations in program order then the stage's operator (constants at their place); each storage
-    freed right after its last use in a stage unless the solution keeps it into the next."""
+    freed right after its last use in a stage unless the solution keeps it into the next. Only the R and
+    S columns of `x` are read (they lead every model of `g`, so `x` may hold just those)."""
     T = g.n_stages
     recompute: list[list[int]] = [[] for _ in range(T + 1)]
     for (k, o), c in m.r_cols.items():
@@ -75,4 +76,9 @@ def schedule_from_solution(program: Program, g: ItemGraph, m: Milp, x: np.ndarra
     return schedule, peaks
 
 
-__all__ = ["schedule_from_solution"]
+def over_budget(peaks: list[int], budget_bytes: int) -> set[int]:
+    """The stages whose peak (schedule_from_solution's) crosses the budget."""
+    return {k for k, peak in enumerate(peaks) if peak > budget_bytes}
+
+
+__all__ = ["schedule_from_solution", "over_budget"]

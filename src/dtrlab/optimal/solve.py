@@ -25,7 +25,7 @@ from .defaults import (CHAIN_MAKER, DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_THREADS
 from .graph import ItemGraph, item_graph
 from .model import Milp, build_milp
 from .polish import polish
-from .read import schedule_from_solution
+from .read import over_budget, schedule_from_solution
 from .warm import start_of_schedule
 from .solvers import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, SolverRun, solve_cpsat, solve_highs
 
@@ -158,7 +158,7 @@ def solve_optimal(program: Program, budget_bytes: int, *, solver: str = DEFAULT_
         if run.x is None:
             break
         candidate, peaks = schedule_from_solution(program, g, m, run.x, f"optimal:{run.solver}", budget_bytes)
-        over = {k for k, peak in enumerate(peaks) if peak > budget_bytes}
+        over = over_budget(peaks, budget_bytes)
         if not over:
             schedule = candidate
             break
